@@ -1,0 +1,158 @@
+"""The flag type every mechanism implements, and the three contexts it can be used in.
+
+A *mechanism* (``softmax``, ``coda``, ``window`` ...) is a small picklable object holding
+typed options.  It is the value of an attention flag: LightningCLI resolves
+``--model.attention coda --model.attention.center_e true`` to ``coda(center_e=True)``
+because every mechanism class is named by its registry name.
+
+A mechanism builds the ``nn.Module`` that does the work in each context (DESIGN.md):
+
+1. ``multihead(d_model=, n_heads=, dropout=, self_attention=)`` -> a core that maps
+   per-head tensors ``q (B,H,Lq,d), k (B,H,Lk,d), v (B,H,Lk,dv)`` to
+   ``(out (B,H,Lq,dv), weights (B,H,Lq,Lk) | None)``; see :class:`MultiHeadCore`.
+2. ``alignment(dim=)`` -> pairwise alignment of two sequences (DecompAtt, CoDA Eq. 7);
+   see :class:`AlignmentCore`.
+3. ``decoder(query_dim=, memory_dim=)`` -> decoder-step attention of an RNN decoder over
+   encoder memory, all steps at once or one step at a time; see :class:`DecoderCore`.
+
+Masks everywhere are boolean with True = a real token / may attend.  A masked key gets
+exactly zero weight in every mechanism.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+CONTEXTS = ("multihead", "alignment", "decoder")
+
+
+class UnsupportedContext(ValueError):
+    """A mechanism asked for in a context where it is not defined."""
+
+
+class Mechanism:
+    """Base of every attention flag.  Subclasses set ``name`` and override the builders
+    of the contexts they support; the others raise :class:`UnsupportedContext`."""
+
+    name: ClassVar[str] = ""
+    #: why a context is not supported, per context name (shown in the error)
+    unsupported: ClassVar[dict[str, str]] = {}
+
+    def options(self) -> dict:
+        """The constructor arguments of this flag value (for W&B config, tags, reprs)."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def tag(self) -> str:
+        """Short human-readable form, e.g. ``coda(center_e=True)``: only non-default options."""
+        import inspect
+
+        defaults = {
+            p.name: p.default
+            for p in inspect.signature(type(self).__init__).parameters.values()
+            if p.default is not inspect.Parameter.empty
+        }
+        changed = {k: v for k, v in self.options().items() if defaults.get(k, object()) != v}
+        inner = ",".join(f"{k}={v}" for k, v in changed.items())
+        return f"{self.name}({inner})" if inner else self.name
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
+        return f"{self.name}({inner})"
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and self.options() == other.options()
+
+    def __hash__(self) -> int:
+        return hash((self.name, tuple(sorted((k, repr(v)) for k, v in self.options().items()))))
+
+    # -- the three contexts -------------------------------------------------------------
+    def multihead(self, *, d_model: int, n_heads: int, dropout: float = 0.0,
+                  self_attention: bool = True) -> MultiHeadCore:
+        raise self._unsupported("multihead")
+
+    def alignment(self, *, dim: int) -> AlignmentCore:
+        raise self._unsupported("alignment")
+
+    def decoder(self, *, query_dim: int, memory_dim: int) -> DecoderCore:
+        raise self._unsupported("decoder")
+
+    def supports(self, context: str) -> bool:
+        if context not in CONTEXTS:
+            raise ValueError(f"unknown attention context {context!r}; expected one of {CONTEXTS}")
+        return context not in self.unsupported and getattr(type(self), context) is not getattr(
+            Mechanism, context
+        )
+
+    def _unsupported(self, context: str) -> UnsupportedContext:
+        from attention.registry import REGISTRY
+
+        able = [n for n, cls in REGISTRY.items() if cls().supports(context)] if REGISTRY else []
+        reason = self.unsupported.get(context, "it is not defined there")
+        return UnsupportedContext(
+            f"attention {self.name!r} cannot be used for {context} attention: {reason}. "
+            f"Mechanisms that can: {', '.join(able)}"
+        )
+
+
+class MultiHeadCore(nn.Module):
+    """Context 1: the per-head part of multi-head self/cross attention.
+
+    forward(q (B,H,Lq,d), k (B,H,Lk,d), v (B,H,Lk,dv), *, key_mask (B,Lk) bool | None,
+            causal: bool, need_weights: bool,
+            query_input (B,Lq,D) | None, key_input (B,Lk,D) | None)
+        -> (out (B,H,Lq,dv), weights (B,H,Lq,Lk) | None)
+
+    ``causal`` lets query i see keys j <= i + (Lk - Lq).  ``query_input``/``key_input`` are
+    the un-projected inputs, for mechanisms with projections of their own (window
+    boundaries, additive-window local keys, localness centres).  ``weights`` are returned
+    (attention or quasi-attention, exactly 0 at masked keys) when ``need_weights``.
+    """
+
+
+class AlignmentCore(nn.Module):
+    """Context 2: pairwise alignment (DecompAtt Eq. 4, CoDA Eq. 7), both directions.
+
+    forward(a (B,La,D), b (B,Lb,D), mask_a (B,La), mask_b (B,Lb), *,
+            value_a (B,La,Dv) | None, value_b (B,Lb,Dv) | None)
+        -> Alignment(a_aligned (B,La,Dv), b_aligned (B,Lb,Dv), weights_a (B,La,Lb), weights_b (B,La,Lb))
+
+    ``a``/``b`` are the features the scores are computed from (F(a), F(b) in DecompAtt);
+    the values pooled default to ``a``/``b``.  ``a_aligned[i]`` pools ``value_b`` for a_i
+    (beta_i), ``b_aligned[j]`` pools ``value_a`` for b_j (alpha_j).  ``weights_a[i, j]`` is
+    the weight of b_j for a_i, ``weights_b[i, j]`` the weight of a_i for b_j (both in the
+    La x Lb layout so they can be plotted together); CoDA has one matrix M for both.
+    """
+
+
+class Alignment(NamedTuple):
+    a_aligned: Tensor
+    b_aligned: Tensor
+    weights_a: Tensor
+    weights_b: Tensor
+
+
+class DecoderCore(nn.Module):
+    """Context 3: attention of decoder states over encoder memory (RNN seq2seq).
+
+    precompute(h (B,N,Dm), mask (B,N)) -> memory: whatever depends only on the source,
+        computed once per source (key projections, the density matrix's pairwise sums).
+    forward(s (B,T,Dq), memory) -> (context (B,T,Dm), weights (B,T,N))  all steps at once
+    step(s_t (B,Dq), memory) -> (context (B,Dm), weights (B,N))         one step (beam search)
+
+    ``step`` must equal the corresponding row of ``forward``.  Beam search reorders the
+    memory with :meth:`reorder` (index_select on the batch dimension of every tensor).
+    """
+
+    def precompute(self, h: Tensor, mask: Tensor | None) -> dict:
+        raise NotImplementedError
+
+    def step(self, s_t: Tensor, memory: dict) -> tuple[Tensor, Tensor]:
+        context, weights = self(s_t.unsqueeze(1), memory)
+        return context.squeeze(1), weights.squeeze(1)
+
+    @staticmethod
+    def reorder(memory: dict, index: Tensor) -> dict:
+        return {k: v.index_select(0, index) if torch.is_tensor(v) else v for k, v in memory.items()}

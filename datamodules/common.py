@@ -1,0 +1,234 @@
+"""What every DataModule shares: where data lives, format errors that name file and line,
+vocabularies, padding, length bucketing and the download-or-explain step.
+
+One implementation of each; the dataset modules only parse their formats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import urllib.request
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from torch.utils.data import Sampler
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+
+
+def shared_data_dir() -> Path:
+    """The real published data beside the project (``../shared/data``), or $ATTNREPRO_DATA."""
+    return Path(os.environ.get("ATTNREPRO_DATA", PROJECT_ROOT.parent / "shared" / "data"))
+
+
+def cache_dir() -> Path:
+    """Where built vocabularies, BPE models and tensors are cached ($ATTNREPRO_CACHE)."""
+    path = Path(os.environ.get("ATTNREPRO_CACHE", PROJECT_ROOT / ".cache"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class DataFormatError(ValueError):
+    """A malformed input: the message names the file, the line and what was expected."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, expected: str, got: str = ""):
+        where = f"{path}:{line}" if line is not None else str(path)
+        got = got if len(got) <= 120 else got[:117] + "..."
+        super().__init__(f"{where}: expected {expected}" + (f", got {got!r}" if got else ""))
+        self.path, self.line = str(path), line
+
+
+def require_file(path: str | os.PathLike, what: str, how: str = "") -> Path:
+    """The path if it exists, else a FileNotFoundError that says what it is and how to get it."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} not found at {path}" + (f". {how}" if how else ""))
+    return path
+
+
+def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line without its newline), decoding errors named by line."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                yield number, raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                raise DataFormatError(path, number, "UTF-8 text", repr(raw[:60])) from err
+
+
+def fetch(url: str, dest: str | os.PathLike, sha256: str | None = None,
+          size: int | None = None, timeout: float = 30.0) -> Path:
+    """Download ``url`` to ``dest`` unless it is already there (checked by size/sha256).
+    Without network, fail with a message naming the URL and the expected local path."""
+    dest = Path(dest)
+    if dest.exists() and _matches(dest, sha256, size):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(dest.suffix + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
+            while chunk := r.read(1 << 20):
+                f.write(chunk)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise FileNotFoundError(
+            f"could not download {url} ({err}); put the file at {dest} by hand "
+            f"(this machine may have no network)") from err
+    if not _matches(tmp, sha256, size):
+        tmp.unlink()
+        raise ValueError(f"{url}: downloaded file does not match the expected "
+                         f"size {size} / sha256 {sha256}")
+    tmp.rename(dest)
+    return dest
+
+
+def _matches(path: Path, sha256: str | None, size: int | None) -> bool:
+    if size is not None and path.stat().st_size != size:
+        return False
+    if sha256 is not None:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        return h.hexdigest() == sha256
+    return True
+
+
+class Vocab:
+    """Token <-> id.  Specials come first, in the given order; ``unk`` maps unknown tokens
+    (None: unknown tokens are an error)."""
+
+    def __init__(self, tokens: Sequence[str], specials: Sequence[str] = (PAD, UNK, BOS, EOS),
+                 unk: str | None = UNK):
+        self.itos: list[str] = list(dict.fromkeys([*specials, *tokens]))
+        self.stoi: dict[str, int] = {t: i for i, t in enumerate(self.itos)}
+        self.specials = tuple(specials)
+        if unk is not None and unk not in self.stoi:
+            raise ValueError(f"unk token {unk!r} is not among the specials {specials}")
+        self.unk = unk
+
+    @classmethod
+    def build(cls, sequences: Iterable[Sequence[str]], min_freq: int = 1,
+              max_size: int | None = None, **kwargs) -> Vocab:
+        """From token sequences: most frequent first (ties by first appearance)."""
+        counts = Counter(t for seq in sequences for t in seq)
+        tokens = [t for t, c in counts.most_common() if c >= min_freq]
+        return cls(tokens[:max_size] if max_size else tokens, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, token: str) -> bool:
+        return token in self.stoi
+
+    def __getitem__(self, token: str) -> int:
+        if token in self.stoi:
+            return self.stoi[token]
+        if self.unk is None:
+            raise KeyError(f"token {token!r} is not in the vocabulary and there is no unk")
+        return self.stoi[self.unk]
+
+    @property
+    def pad_id(self) -> int:
+        return self.stoi[PAD]
+
+    def encode(self, tokens: Iterable[str], bos: bool = False, eos: bool = False) -> list[int]:
+        ids = [self[t] for t in tokens]
+        return ([self.stoi[BOS]] if bos else []) + ids + ([self.stoi[EOS]] if eos else [])
+
+    def decode(self, ids: Iterable[int], strip_specials: bool = True) -> list[str]:
+        out = []
+        for i in ids:
+            token = self.itos[int(i)]
+            if token == EOS and strip_specials:
+                break
+            if not (strip_specials and token in self.specials):
+                out.append(token)
+        return out
+
+    def save(self, path: str | os.PathLike) -> None:
+        Path(path).write_text(json.dumps({"itos": self.itos, "specials": self.specials,
+                                          "unk": self.unk}))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Vocab:
+        d = json.loads(Path(path).read_text())
+        vocab = cls(d["itos"][len(d["specials"]):], specials=d["specials"], unk=d["unk"])
+        return vocab
+
+
+def settings_key(**settings) -> str:
+    """A short stable hash of settings, for cache file names."""
+    blob = json.dumps(settings, sort_keys=True, default=str).encode()
+    return hashlib.sha1(blob).hexdigest()[:12]
+
+
+def pad(seqs: Sequence[Sequence[int]], pad_id: int, min_len: int = 1) -> tuple[Tensor, Tensor]:
+    """(B, L) ids and (B, L) mask (True = real token) from lists of ids."""
+    length = max([min_len, *(len(s) for s in seqs)])
+    ids = torch.full((len(seqs), length), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    lengths = torch.tensor([len(s) for s in seqs])
+    return ids, torch.arange(length)[None, :] < lengths[:, None]
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of indices of similar length (less padding), in a shuffled order per epoch.
+
+    Indices are sorted by length inside pools of ``pool`` batches, cut into batches and the
+    batches shuffled; with ``shuffle=False`` batches follow the length order (deterministic
+    evaluation).  With several processes each takes every ``num_replicas``-th batch (batch
+    count padded to a multiple so every rank runs the same number of steps).
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool = True,
+                 seed: int = 0, pool: int = 50, drop_last: bool = False,
+                 num_replicas: int = 1, rank: int = 0):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.lengths, self.batch_size, self.shuffle = list(lengths), batch_size, shuffle
+        self.seed, self.pool, self.drop_last = seed, pool, drop_last
+        self.num_replicas, self.rank = num_replicas, rank
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _batches(self) -> list[list[int]]:
+        order = list(range(len(self.lengths)))
+        rng = random.Random(self.seed + self.epoch)
+        if self.shuffle:
+            rng.shuffle(order)
+        pool_size = self.pool * self.batch_size
+        batches = []
+        for start in range(0, len(order), pool_size):
+            chunk = sorted(order[start:start + pool_size], key=lambda i: self.lengths[i])
+            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        if self.drop_last:
+            batches = [b for b in batches if len(b) == self.batch_size]
+        if self.shuffle:
+            rng.shuffle(batches)
+        if self.num_replicas > 1:
+            total = math.ceil(len(batches) / self.num_replicas) * self.num_replicas
+            batches += batches[: total - len(batches)]
+            batches = batches[self.rank::self.num_replicas]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # Lightning calls set_epoch before every epoch, so each epoch has its own order
+        yield from self._batches()
+
+    def __len__(self) -> int:
+        if not hasattr(self, "_len"):  # the count does not depend on the order
+            self._len = len(self._batches())
+        return self._len
