@@ -1,0 +1,435 @@
+"""The command contract every experiment script follows.
+
+    python experiments/<name>.py fit|validate|test --config experiments/configs/<name>/{paper,smoke}.yaml [overrides]
+    python experiments/<name>.py grid <grid> [--smoke | --config NAME] [--seeds N] [--jobs N] [-- overrides]
+    python experiments/<name>.py cell <grid> --cell NAME --seed N [--config NAME]
+    python experiments/<name>.py sweep <grid> [--config NAME] [--seeds N] [--output PATH]
+    python experiments/<name>.py report [<grid>] [--config NAME]
+
+``fit``/``validate``/``test`` are LightningCLI.  A grid (a paper table) is a list of cells,
+each a list of CLI overrides; ``grid`` runs every cell and seed locally, each as the same
+``fit`` command a user would type, in one W&B group; ``cell`` runs one of them (what a W&B
+sweep agent calls); ``sweep`` writes the W&B sweep YAML for the grid; ``report`` prints the
+paper's table with the paper's numbers beside ours (mean +- std over seeds), read from the
+CSV logs, so it works without W&B.
+
+Runs live in ``runs/<experiment>/<group>/<name>/`` ($ATTNREPRO_RUNS moves ``runs/``): the
+CSV metrics, the resolved config, checkpoints and the offline W&B run.  A grid cell's group
+is ``<grid>-<config>`` and its name ``<cell>-seed<k>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+
+
+@dataclass
+class Cell:
+    """One row of a paper table: the CLI overrides that make it, and the paper's numbers
+    (metric label -> number in the paper's units)."""
+
+    name: str
+    args: list[str] = field(default_factory=list)
+    paper: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class Grid:
+    """A paper table as a named grid of flag values."""
+
+    name: str
+    title: str
+    metrics: dict[str, str]  # column label -> logged metric key, e.g. {"Acc": "test/exact_match"}
+    cells: list[Cell]
+    scale: float = 100.0  # logged fraction -> the paper's units (percent)
+    note: str = ""
+
+    def cell(self, name: str) -> Cell:
+        for c in self.cells:
+            if c.name == name:
+                return c
+        raise SystemExit(f"grid {self.name!r} has no cell {name!r}; cells: "
+                         f"{', '.join(c.name for c in self.cells)}")
+
+
+@dataclass
+class Experiment:
+    """An experiment script: its LightningModule, DataModule, links between them, and the
+    paper's tables as grids."""
+
+    name: str
+    model_class: type
+    datamodule_class: type
+    grids: dict[str, Grid]
+    links: list[tuple[str, str]] = field(default_factory=list)  # (data attribute, model arg)
+    subclass_mode_model: bool = False
+    script: Path | None = None
+
+    @property
+    def config_dir(self) -> Path:
+        return PROJECT_ROOT / "experiments" / "configs" / self.name
+
+    def config_path(self, config: str) -> Path:
+        path = Path(config)
+        if path.suffix in (".yaml", ".yml"):
+            return path
+        path = self.config_dir / f"{config}.yaml"
+        if not path.exists():
+            known = sorted(p.stem for p in self.config_dir.glob("*.yaml"))
+            raise SystemExit(f"no config {config!r} for {self.name}: {path} does not exist; "
+                             f"known: {', '.join(known)}")
+        return path
+
+    def grid(self, name: str) -> Grid:
+        if name not in self.grids:
+            raise SystemExit(f"{self.name} has no grid {name!r}; grids: {', '.join(self.grids)}")
+        return self.grids[name]
+
+    def main(self, argv: list[str] | None = None) -> None:
+        args = sys.argv[1:] if argv is None else argv
+        command = args[0] if args else "--help"
+        if command in ("grid", "cell", "sweep", "report"):
+            {"grid": run_grid, "cell": run_one_cell, "sweep": write_sweep,
+             "report": print_report}[command](self, args[1:])
+        else:
+            run_cli(self, argv)  # None: LightningCLI reads sys.argv itself
+
+
+# --------------------------------------------------------------------------------------
+# fit | validate | test: LightningCLI with the suite's loggers
+
+
+def runs_root() -> Path:
+    return Path(os.environ.get("ATTNREPRO_RUNS", PROJECT_ROOT / "runs"))
+
+
+def wandb_mode() -> str:
+    """online only when an API key is configured; never blocks for lack of network."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    netrc = Path.home() / ".netrc"
+    if netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
+        return "online"
+    return "offline"
+
+
+def run_cli(experiment: Experiment, argv: list[str] | None):
+    """LightningCLI for one run; returns the CLI object (tests inspect it)."""
+    from lightning.pytorch.cli import LightningCLI
+
+    threads = os.environ.get("ATTNREPRO_THREADS")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+    class ExperimentCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser):
+            parser.add_argument("--run.group", type=str, default="adhoc",
+                                help="run group: runs/<experiment>/<group>/, the W&B group")
+            parser.add_argument("--run.name", type=str | None, default=None,
+                                help="run name (default: a time stamp)")
+            parser.add_argument("--run.test_after_fit", type=bool, default=False,
+                                help="after fit, test on the test split")
+            parser.add_argument("--run.test_ckpt", type=str | None, default=None,
+                                help="checkpoint to test after fit: None = final weights, "
+                                     "'best' = the best monitored checkpoint")
+            parser.add_argument("--run.wandb", type=bool, default=True,
+                                help="log to W&B (offline without an API key)")
+            prefix = "model.init_args." if experiment.subclass_mode_model else "model."
+            for source, target in experiment.links:
+                parser.link_arguments(f"data.{source}", prefix + target, apply_on="instantiate")
+
+        def instantiate_trainer(self, **kwargs):
+            run = self.config[self.subcommand]["run"]
+            trainer_cfg = self._get(self.config_init, "trainer", default={})
+            if trainer_cfg.get("logger", True) is not False:
+                kwargs["logger"] = make_loggers(experiment, run, self.model,
+                                                self.config[self.subcommand])
+            return super().instantiate_trainer(**kwargs)
+
+        def after_fit(self):
+            run = self.config["fit"]["run"]
+            if run.test_after_fit:
+                self.trainer.test(self.model, datamodule=self.datamodule,
+                                  ckpt_path=run.test_ckpt)
+            finish_wandb()
+
+        def after_validate(self):
+            finish_wandb()
+
+        def after_test(self):
+            finish_wandb()
+
+    return ExperimentCLI(
+        experiment.model_class, experiment.datamodule_class,
+        subclass_mode_model=experiment.subclass_mode_model,
+        auto_configure_optimizers=False, args=argv,
+        save_config_kwargs={"overwrite": True},
+    )
+
+
+def make_loggers(experiment: Experiment, run, model, config) -> list:
+    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+
+    name = run.name or datetime.now().strftime("%Y%m%d-%H%M%S")
+    save_dir = runs_root() / experiment.name
+    run_dir = save_dir / run.group / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    loggers = [CSVLogger(save_dir=save_dir, name=run.group, version=name)]
+    if run.wandb:
+        tags = [experiment.name, run.group] + [m.tag() for m in getattr(model, "mechanisms",
+                                                                        {}).values()]
+        loggers.append(WandbLogger(
+            project=os.environ.get("WANDB_PROJECT", "attnrepro"),
+            group=f"{experiment.name}/{run.group}", name=name, save_dir=str(run_dir),
+            mode=wandb_mode(), tags=sorted(set(tags)), config=config.as_dict(),
+            settings=_wandb_settings()))
+    return loggers
+
+
+def _wandb_settings():
+    import wandb
+
+    return wandb.Settings(init_timeout=120, silent=True, console="off")
+
+
+def finish_wandb() -> None:
+    import wandb
+
+    if wandb.run is not None:
+        wandb.finish()
+
+
+# --------------------------------------------------------------------------------------
+# grid | cell | sweep
+
+
+def _grid_parser(prog: str, with_cell: bool = False) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("grid")
+    p.add_argument("--config", default="paper", help="config name in experiments/configs/<name>/")
+    p.add_argument("--smoke", action="store_true", help="shorthand for --config smoke")
+    if with_cell:
+        p.add_argument("--cell", required=True)
+        p.add_argument("--seed", type=int, default=0)
+    else:
+        p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per cell")
+        p.add_argument("--cells", nargs="*", default=None, help="only these cells")
+        p.add_argument("--jobs", type=int, default=1, help="cells run in parallel")
+        p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    return p
+
+
+def _split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def cell_command(experiment: Experiment, grid: Grid, cell: Cell, seed: int, config: str,
+                 extra: list[str] = ()) -> list[str]:
+    """The ``fit`` command of one cell and seed: what the user would type."""
+    script = experiment.script or PROJECT_ROOT / "experiments" / f"{experiment.name}.py"
+    return [sys.executable, str(script), "fit", "--config", str(experiment.config_path(config)),
+            *cell.args, f"--seed_everything={seed}", f"--run.group={grid.name}-{config}",
+            f"--run.name={cell.name}-seed{seed}", "--run.test_after_fit=true", *extra]
+
+
+def _launch(experiment, grid, cell, seed, config, extra, threads: int | None):
+    run_dir = runs_root() / experiment.name / f"{grid.name}-{config}" / f"{cell.name}-seed{seed}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a cell run starts fresh
+    run_dir.mkdir(parents=True)
+    env = dict(os.environ)
+    if threads:
+        env["ATTNREPRO_THREADS"] = str(threads)
+    log = open(run_dir / "output.log", "w")
+    cmd = cell_command(experiment, grid, cell, seed, config, extra)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT)
+    return proc, log, run_dir
+
+
+def run_grid(experiment: Experiment, argv: list[str]) -> None:
+    argv, extra = _split_extra(argv)
+    args = _grid_parser(f"{experiment.name}.py grid").parse_args(argv)
+    config = "smoke" if args.smoke else args.config
+    grid = experiment.grid(args.grid)
+    experiment.config_path(config)
+    cells = [grid.cell(n) for n in args.cells] if args.cells else grid.cells
+    todo = [(c, s) for s in range(args.seeds) for c in cells]
+    if args.dry_run:
+        for c, s in todo:
+            print(" ".join(cell_command(experiment, grid, c, s, config, extra)))
+        return
+    threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None
+    print(f"{experiment.name} grid {grid.name} ({grid.title}), config {config}: "
+          f"{len(todo)} runs, {args.jobs} at a time; logs in "
+          f"{runs_root() / experiment.name / f'{grid.name}-{config}'}", flush=True)
+    failed, running = [], []
+    start = time.time()
+    while todo or running:
+        while todo and len(running) < args.jobs:
+            c, s = todo.pop(0)
+            running.append((c, s, time.time(), *_launch(experiment, grid, c, s, config, extra,
+                                                         threads)))
+        for item in list(running):
+            c, s, t0, proc, log, run_dir = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            log.close()
+            took = time.time() - t0
+            if proc.returncode:
+                failed.append(run_dir)
+                tail = (run_dir / "output.log").read_text().splitlines()[-15:]
+                print(f"  FAILED {c.name} seed {s} ({took:.0f}s): {run_dir / 'output.log'}\n    "
+                      + "\n    ".join(tail), flush=True)
+            else:
+                values = read_run_metrics(run_dir, grid)
+                shown = ", ".join(f"{k} {v * grid.scale:.2f}" for k, v in values.items()
+                                  if v is not None)
+                print(f"  done {c.name} seed {s} ({took:.0f}s): {shown}", flush=True)
+        time.sleep(0.2)
+    print(f"grid finished in {time.time() - start:.0f}s", flush=True)
+    if failed:
+        raise SystemExit(f"{len(failed)} run(s) failed: " + ", ".join(map(str, failed)))
+
+
+def run_one_cell(experiment: Experiment, argv: list[str]) -> None:
+    argv, extra = _split_extra(argv)
+    args = _grid_parser(f"{experiment.name}.py cell", with_cell=True).parse_args(argv)
+    config = "smoke" if args.smoke else args.config
+    grid = experiment.grid(args.grid)
+    proc, log, run_dir = _launch(experiment, grid, grid.cell(args.cell), args.seed, config,
+                                 extra, None)
+    proc.wait()
+    log.close()
+    sys.stdout.write((run_dir / "output.log").read_text())
+    if proc.returncode:
+        raise SystemExit(proc.returncode)
+
+
+def sweep_config(experiment: Experiment, grid: Grid, config: str, seeds: int) -> dict:
+    """A W&B sweep over the same grid: every (cell, seed), run by the ``cell`` command."""
+    first_metric = next(iter(grid.metrics.values()))
+    script = f"experiments/{experiment.name}.py"
+    return {
+        "program": script,
+        "name": f"{experiment.name}-{grid.name}-{config}",
+        "description": grid.title,
+        "method": "grid",
+        "metric": {"name": first_metric, "goal": "maximize"},
+        "parameters": {"cell": {"values": [c.name for c in grid.cells]},
+                       "seed": {"values": list(range(seeds))}},
+        "command": ["${env}", "${interpreter}", "${program}", "cell", grid.name, "--config",
+                    config, "${args}"],
+    }
+
+
+def write_sweep(experiment: Experiment, argv: list[str]) -> None:
+    p = _grid_parser(f"{experiment.name}.py sweep")
+    p.add_argument("--output", default=None)
+    args = p.parse_args(argv)
+    config = "smoke" if args.smoke else args.config
+    grid = experiment.grid(args.grid)
+    experiment.config_path(config)
+    out = Path(args.output or experiment.config_dir / f"sweep-{grid.name}-{config}.yaml")
+    out.write_text(yaml.safe_dump(sweep_config(experiment, grid, config, args.seeds),
+                                  sort_keys=False))
+    print(f"wrote {out}\nrun it with:  wandb sweep {out}   then   wandb agent <sweep id>  "
+          f"(on as many machines as you like)")
+
+
+# --------------------------------------------------------------------------------------
+# report
+
+
+def read_run_metrics(run_dir: Path, grid: Grid) -> dict[str, float | None]:
+    """The last logged value of each of the grid's metrics in a run's metrics.csv."""
+    values: dict[str, float | None] = {label: None for label in grid.metrics}
+    path = run_dir / "metrics.csv"
+    if not path.exists():
+        return values
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            for label, key in grid.metrics.items():
+                if row.get(key) not in (None, ""):
+                    values[label] = float(row[key])
+    return values
+
+
+def collect(experiment: Experiment, grid: Grid, config: str) -> dict[str, dict[str, list[float]]]:
+    """cell -> metric label -> values over the seeds found in the CSV logs."""
+    root = runs_root() / experiment.name / f"{grid.name}-{config}"
+    out: dict[str, dict[str, list[float]]] = {}
+    for cell in grid.cells:
+        per_metric: dict[str, list[float]] = {label: [] for label in grid.metrics}
+        for run_dir in sorted(root.glob(f"{cell.name}-seed*")):
+            if not run_dir.name[len(cell.name) + 5:].isdigit():
+                continue  # another cell whose name starts with this one
+            for label, v in read_run_metrics(run_dir, grid).items():
+                if v is not None:
+                    per_metric[label].append(v * grid.scale)
+        out[cell.name] = per_metric
+    return out
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    m = sum(values) / len(values)
+    s = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return m, s
+
+
+def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
+    results = collect(experiment, grid, config)
+    lines = [f"### {grid.title}", f"{experiment.name} grid {grid.name}, config {config} "
+             f"({experiment.config_path(config).relative_to(PROJECT_ROOT)})", ""]
+    header = ["cell"]
+    for label in grid.metrics:
+        header += [f"paper {label}", f"ours {label}"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for cell in grid.cells:
+        row = [cell.name]
+        for label in grid.metrics:
+            paper = cell.paper.get(label)
+            row.append("-" if paper is None else f"{paper:.2f}")
+            vals = results[cell.name][label]
+            if not vals:
+                row.append("not run")
+            else:
+                m, s = mean_std(vals)
+                row.append(f"{m:.2f} ± {s:.2f} (n={len(vals)})")
+        lines.append("| " + " | ".join(row) + " |")
+    if grid.note:
+        lines += ["", grid.note]
+    return "\n".join(lines)
+
+
+def print_report(experiment: Experiment, argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog=f"{experiment.name}.py report")
+    p.add_argument("grid", nargs="?", default=None)
+    p.add_argument("--config", default="paper")
+    p.add_argument("--smoke", action="store_true")
+    args = p.parse_args(argv)
+    config = "smoke" if args.smoke else args.config
+    grids = [experiment.grid(args.grid)] if args.grid else list(experiment.grids.values())
+    print("\n\n".join(format_report(experiment, g, config) for g in grids))

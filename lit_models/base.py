@@ -1,0 +1,58 @@
+"""What every LightningModule of the suite shares: the optimiser and its schedule, the
+parameter count, and the attention tags logged with each run."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import lightning as L
+import torch
+
+from attention import Mechanism
+
+
+class AttnReproModule(L.LightningModule):
+    """Base class.  Subclasses call ``super().__init__(lr=..., ...)`` with their optimiser
+    settings and set ``self.mechanisms`` (name -> Mechanism) for the run's tags."""
+
+    def __init__(self, lr: float = 1e-3, weight_decay: float = 0.0,
+                 schedule: Literal["constant", "inverse_sqrt", "linear"] = "constant",
+                 warmup_steps: int = 0, betas: tuple[float, float] = (0.9, 0.98),
+                 max_steps_for_schedule: int | None = None):
+        super().__init__()
+        self.optim = dict(lr=lr, weight_decay=weight_decay, schedule=schedule,
+                          warmup_steps=warmup_steps, betas=betas,
+                          max_steps=max_steps_for_schedule)
+        self.mechanisms: dict[str, Mechanism] = {}
+
+    def n_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def on_fit_start(self) -> None:
+        tags = {f"attention/{k}": m.tag() for k, m in self.mechanisms.items()}
+        for logger in self.loggers:
+            logger.log_hyperparams({"n_parameters": self.n_parameters(), **tags})
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier of the base learning rate after ``step`` optimiser steps."""
+        o = self.optim
+        warm = o["warmup_steps"]
+        step = step + 1
+        if o["schedule"] == "constant":
+            return min(1.0, step / warm) if warm else 1.0
+        if o["schedule"] == "inverse_sqrt":  # Vaswani et al.'s schedule, peak lr at warm-up end
+            return min(step / warm, math.sqrt(warm / step)) if warm else 1 / math.sqrt(step)
+        total = o["max_steps"] or (self.trainer.estimated_stepping_batches if self._trainer
+                                   else None)
+        if not total:
+            raise ValueError("schedule 'linear' needs max_steps_for_schedule or a trainer")
+        up = min(1.0, step / warm) if warm else 1.0
+        return up * max(0.0, 1 - step / total)
+
+    def configure_optimizers(self):
+        o = self.optim
+        opt = torch.optim.AdamW(self.parameters(), lr=o["lr"], betas=tuple(o["betas"]),
+                                weight_decay=o["weight_decay"])
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

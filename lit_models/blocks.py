@@ -1,0 +1,166 @@
+"""Transformer blocks shared by TransformerSeq2Seq, TransformerClassifier and TransformerLM.
+
+Vaswani et al. 2017 with pre-layer-normalisation (as tensor2tensor's transformer_tiny /
+transformer_base_v2 that the CoDA paper ran: normalise, transform, dropout, add) and
+sinusoidal positions.  Every attention module takes its own mechanism: the per-module
+flags of :func:`layer_mechanisms` put a mechanism into the lowest ``layers`` layers
+(Differentiable Window Sec. 4.3 / Table 2) and softmax above them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from attention import Mechanism, MultiHeadAttention, build
+from attention.softmax import softmax
+
+
+def layer_mechanisms(mechanism: Mechanism, n_layers: int, layers: int | None) -> list[Mechanism]:
+    """The mechanism in the lowest ``layers`` layers (all when None), softmax above."""
+    if layers is not None and not 0 <= layers <= n_layers:
+        raise ValueError(f"attention_layers must be in [0, {n_layers}], got {layers}")
+    k = n_layers if layers is None else layers
+    return [mechanism if i < k else softmax() for i in range(n_layers)]
+
+
+def sinusoid_positions(length: int, dim: int, device=None) -> Tensor:
+    """(length, dim) timing signal of Vaswani et al. Sec. 3.5."""
+    pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, dim, 2, device=device, dtype=torch.float32)
+                     * (-math.log(10000.0) / dim))
+    pe = torch.zeros(length, dim, device=device)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq[: dim // 2])
+    return pe
+
+
+class Embedding(nn.Module):
+    """Token embedding scaled by sqrt(d) plus sinusoidal positions, then dropout."""
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int, dropout: float):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        nn.init.normal_(self.tokens.weight, std=d_model**-0.5)
+        with torch.no_grad():
+            self.tokens.weight[pad_id].zero_()
+        self.scale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: Tensor) -> Tensor:  # (B,L) -> (B,L,D)
+        x = self.tokens(ids) * self.scale
+        return self.dropout(x + sinusoid_positions(ids.shape[1], x.shape[-1], x.device))
+
+
+class FeedForward(nn.Sequential):
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
+        super().__init__(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout),
+                         nn.Linear(d_ff, d_model))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, mechanism: Mechanism,
+                 dropout: float, attention_dropout: float):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, mechanism,
+                                            dropout=attention_dropout, self_attention=True)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False):
+        h = self.norm1(x)
+        a, w = self.self_attn(h, h, mask, need_weights=need_weights)
+        x = x + self.dropout(a)
+        x = x + self.dropout(self.ff(self.norm2(x)))
+        return x, w
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, then cross-attention over the memory (omitted in a language
+    model), then the feed-forward block."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, self_mechanism: Mechanism,
+                 cross_mechanism: Mechanism | None, dropout: float, attention_dropout: float):
+        super().__init__()
+        self.norm1, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, self_mechanism,
+                                            dropout=attention_dropout, self_attention=True)
+        self.cross_attn = None
+        if cross_mechanism is not None:
+            self.norm2 = nn.LayerNorm(d_model)
+            self.cross_attn = MultiHeadAttention(d_model, n_heads, cross_mechanism,
+                                                 dropout=attention_dropout,
+                                                 self_attention=False)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, y: Tensor, y_mask: Tensor | None, memory: Tensor | None = None,
+                memory_mask: Tensor | None = None, need_weights: bool = False):
+        h = self.norm1(y)
+        a, w_self = self.self_attn(h, h, y_mask, causal=True, need_weights=need_weights)
+        y = y + self.dropout(a)
+        w_cross = None
+        if self.cross_attn is not None:
+            a, w_cross = self.cross_attn(self.norm2(y), memory, memory_mask,
+                                         need_weights=need_weights)
+            y = y + self.dropout(a)
+        y = y + self.dropout(self.ff(self.norm3(y)))
+        return y, (w_self, w_cross)
+
+
+class Encoder(nn.Module):
+    """Embedding, ``n_layers`` encoder layers, final layer norm."""
+
+    def __init__(self, vocab_size: int, d_model: int, n_heads: int, d_ff: int, n_layers: int,
+                 mechanism: Mechanism | str, attention_layers: int | None, pad_id: int,
+                 dropout: float, attention_dropout: float):
+        super().__init__()
+        self.embed = Embedding(vocab_size, d_model, pad_id, dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, n_heads, d_ff, m, dropout, attention_dropout)
+            for m in layer_mechanisms(build(mechanism), n_layers, attention_layers))
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, ids: Tensor, mask: Tensor, need_weights: bool = False):
+        x = self.embed(ids)
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, mask, need_weights)
+            weights.append(w)
+        return self.norm(x), weights
+
+
+class Decoder(nn.Module):
+    """Embedding, ``n_layers`` decoder layers (with cross-attention when
+    ``cross_mechanism`` is given), final layer norm and the output projection (tied to
+    the embedding when ``tie_output``)."""
+
+    def __init__(self, vocab_size: int, d_model: int, n_heads: int, d_ff: int, n_layers: int,
+                 self_mechanism: Mechanism | str, cross_mechanism: Mechanism | str | None,
+                 attention_layers: int | None, pad_id: int, dropout: float,
+                 attention_dropout: float, tie_output: bool = True):
+        super().__init__()
+        self.embed = Embedding(vocab_size, d_model, pad_id, dropout)
+        selfs = layer_mechanisms(build(self_mechanism), n_layers, attention_layers)
+        crosses = (layer_mechanisms(build(cross_mechanism), n_layers, attention_layers)
+                   if cross_mechanism is not None else [None] * n_layers)
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, n_heads, d_ff, s, c, dropout, attention_dropout)
+            for s, c in zip(selfs, crosses))
+        self.norm = nn.LayerNorm(d_model)
+        self.out = nn.Linear(d_model, vocab_size, bias=False)
+        if tie_output:
+            self.out.weight = self.embed.tokens.weight
+
+    def forward(self, ids: Tensor, mask: Tensor | None, memory: Tensor | None = None,
+                memory_mask: Tensor | None = None, need_weights: bool = False):
+        """ids (B,T) -> logits (B,T,V) and per-layer (self, cross) weights."""
+        y = self.embed(ids)
+        weights = []
+        for layer in self.layers:
+            y, w = layer(y, mask, memory, memory_mask, need_weights)
+            weights.append(w)
+        return self.out(self.norm(y)), weights

@@ -1,0 +1,32 @@
+"""Metrics shared by the models (torchmetrics, so they reduce correctly across processes)."""
+
+from __future__ import annotations
+
+import torch
+from torchmetrics import Metric
+
+
+class SequenceExactMatch(Metric):
+    """Accuracy per sequence: a prediction counts only if every target token up to and
+    including end-of-sequence matches (CoDA Tables 6-7)."""
+
+    full_state_update = False
+    higher_is_better = True
+
+    def __init__(self, eos_id: int):
+        super().__init__()
+        self.eos_id = eos_id
+        self.add_state("correct", default=torch.tensor(0), dist_reduce_fx="sum")
+        self.add_state("total", default=torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, pred: torch.Tensor, target: torch.Tensor, target_mask: torch.Tensor) -> None:
+        """pred (B, Lp) ids, target (B, Lt) ids ending with eos, target_mask (B, Lt)."""
+        lt = target.shape[1]
+        if pred.shape[1] < lt:  # a shorter prediction cannot match beyond its end
+            pred = torch.nn.functional.pad(pred, (0, lt - pred.shape[1]), value=-1)
+        same = (pred[:, :lt] == target) | ~target_mask
+        self.correct += same.all(dim=1).sum()
+        self.total += target.shape[0]
+
+    def compute(self) -> torch.Tensor:
+        return self.correct.float() / self.total.clamp(min=1)

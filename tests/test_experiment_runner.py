@@ -1,0 +1,103 @@
+"""The command contract end to end on CoDA Table 6's smoke config: fit with W&B offline and
+CSV logs, a checkpoint in the middle of training, a local grid, the W&B sweep YAML (and
+the command a sweep agent would run), and the report."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.wandb_records import history
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "experiments" / "coda_mlu.py"
+SMOKE = ROOT / "experiments" / "configs" / "coda_mlu" / "smoke.yaml"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    e.update(ATTNREPRO_RUNS=str(tmp_path / "runs"), HOME=str(tmp_path), ATTNREPRO_THREADS="1")
+    return e  # no API key and no WANDB_MODE: the runner must choose offline by itself
+
+
+def run(args, env, timeout=300):
+    p = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p.stdout + p.stderr
+
+
+def last_values(path: Path) -> dict[str, float]:
+    out = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            out.update({k: float(v) for k, v in row.items() if v not in ("", None)})
+    return out
+
+
+def test_fit_logs_to_csv_and_offline_wandb_with_a_mid_training_checkpoint(env, tmp_path):
+    run(["fit", "--config", str(SMOKE), "--model.attention", "coda",
+         "--model.attention.gate", "centered", "--run.group", "e2e", "--run.name", "one",
+         "--run.test_after_fit", "true"], env)
+    run_dir = tmp_path / "runs" / "coda_mlu" / "e2e" / "one"
+    csv_values = last_values(run_dir / "metrics.csv")
+    assert {"train/loss", "val/exact_match", "test/exact_match"} <= set(csv_values)
+    # max_steps 20 in the smoke config: a checkpoint from the middle, not only the end
+    assert (run_dir / "checkpoints" / "epoch=0-step=10.ckpt").exists()
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["model"]["attention"]["class_path"].endswith("coda")
+    assert config["model"]["attention"]["init_args"]["gate"] == "centered"
+    runs = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1, "the W&B run must be offline without an API key"
+    logged = history(runs[0])
+    assert logged["test/exact_match"][-1] == pytest.approx(csv_values["test/exact_match"])
+    assert len(logged["train/loss"]) >= 2
+
+
+def test_grid_sweep_and_report(env, tmp_path):
+    out = run(["grid", "table6", "--smoke", "--jobs", "2"], env)
+    assert "done transformer seed 0" in out and "done coda seed 0" in out
+    group = tmp_path / "runs" / "coda_mlu" / "table6-smoke"
+    ours = {c: last_values(group / f"{c}-seed0" / "metrics.csv")["test/exact_match"]
+            for c in ("transformer", "coda")}
+
+    sweep_path = tmp_path / "sweep.yaml"
+    run(["sweep", "table6", "--smoke", "--seeds", "2", "--output", str(sweep_path)], env)
+    sweep = yaml.safe_load(sweep_path.read_text())
+    assert sweep["method"] == "grid"
+    assert sweep["parameters"] == {"cell": {"values": ["transformer", "coda"]},
+                                   "seed": {"values": [0, 1]}}
+    # what a sweep agent runs: the command with ${args} expanded to --key=value pairs
+    expand = {"${env}": "/usr/bin/env", "${interpreter}": sys.executable,
+              "${program}": str(ROOT / sweep["program"])}
+    cmd = []
+    for part in sweep["command"]:
+        cmd += ["--cell=coda", "--seed=1"] if part == "${args}" else [expand.get(part, part)]
+    p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert (group / "coda-seed1" / "metrics.csv").exists()
+
+    report = run(["report", "table6", "--smoke"], env)
+    assert "| transformer | 76.10 | " + f"{100 * ours['transformer']:.2f} ± 0.00 (n=1) |" in report
+    coda_seeds = [100 * ours["coda"],
+                  100 * last_values(group / "coda-seed1" / "metrics.csv")["test/exact_match"]]
+    mean = sum(coda_seeds) / 2
+    assert f"| coda | 84.30 | {mean:.2f} ± " in report and "(n=2)" in report
+
+
+def test_unknown_grid_and_cell_are_clear_errors(env):
+    p = subprocess.run([sys.executable, str(SCRIPT), "grid", "table99"], env=env, cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "no grid 'table99'; grids: table6" in p.stderr
+    p = subprocess.run([sys.executable, str(SCRIPT), "cell", "table6", "--cell", "nope"],
+                       env=env, cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode != 0 and "no cell 'nope'" in p.stderr
