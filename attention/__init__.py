@@ -1,9 +1,21 @@
 """attention: every mechanism of the four papers, selected by flag.
 
 ``REGISTRY`` maps a flag name to its mechanism class; ``build("coda", center_e=True)``
-makes one.  Each mechanism module registers itself on import.
+makes one.  The mechanism modules keep their names (``attention.coda`` is the module, its
+flag class is ``attention.coda.coda``); importing this package registers every mechanism.
 """
 
+from attention import (
+    additive,
+    coda,
+    density,
+    localness,
+    luong,
+    relative,
+    softmax,
+    structured,
+    window,
+)
 from attention.base import (  # noqa: F401
     CONTEXTS,
     Alignment,
@@ -13,10 +25,9 @@ from attention.base import (  # noqa: F401
     MultiHeadCore,
     UnsupportedContext,
 )
-from attention.coda import coda
 from attention.multihead import MultiHeadAttention  # noqa: F401
 from attention.registry import REGISTRY, build, register  # noqa: F401
-from attention.softmax import softmax
 
-for _mechanism in (softmax, coda):
-    register(_mechanism)
+for _module in (softmax, coda, window, localness, relative, additive, luong, density,
+                structured):
+    register(getattr(_module, _module.__name__.rsplit(".", 1)[1]))

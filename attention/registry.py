@@ -31,3 +31,25 @@ def build(spec: str | dict | Mechanism, **options) -> Mechanism:
     if spec not in REGISTRY:
         raise ValueError(f"unknown attention {spec!r}; registered: {', '.join(REGISTRY)}")
     return REGISTRY[spec](**options)
+
+
+def context_table() -> str:
+    """Markdown table: each registered mechanism x the three contexts, "yes" or the reason
+    the mechanism gives when it is asked for there (README's mechanism table)."""
+    from attention.base import CONTEXTS, UnsupportedContext
+
+    probes = {"multihead": lambda m: m.multihead(d_model=8, n_heads=2),
+              "alignment": lambda m: m.alignment(dim=8),
+              "decoder": lambda m: m.decoder(query_dim=8, memory_dim=8)}
+    rows = ["| mechanism | " + " | ".join(CONTEXTS) + " |", "|---" * (len(CONTEXTS) + 1) + "|"]
+    for name, cls in REGISTRY.items():
+        cells = []
+        for context in CONTEXTS:
+            try:
+                probes[context](cls())
+                cells.append("yes")
+            except UnsupportedContext as err:
+                reason = str(err).split(" attention: ", 1)[-1].split(". Mechanisms that can")[0]
+                cells.append(f"no: {reason}")
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return "\n".join(rows)

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import math
 
-import torch
-import torch.nn.functional as F
 from torch import nn
 
 from attention.base import Alignment, AlignmentCore, DecoderCore, Mechanism, MultiHeadCore
-from attention.masking import attention_mask, masked_softmax
+from attention.masking import attention_mask, masked_attention, masked_softmax
 
 
 class softmax(Mechanism):  # noqa: N801 - flag classes are named by their registry names
@@ -42,19 +40,8 @@ class SoftmaxMultiHead(MultiHeadCore):
 
     def forward(self, q, k, v, *, key_mask=None, causal=False, need_weights=False,
                 query_input=None, key_input=None):
-        lq, lk = q.shape[-2], k.shape[-2]
-        mask = attention_mask(key_mask, lq, lk, causal, device=q.device)  # (B,1,Lq,Lk)
-        p = self.dropout if self.training else 0.0
-        if mask is not None:
-            # rows with no visible key (an empty sequence) get no output instead of NaN
-            empty = ~mask.expand(q.shape[0], 1, lq, lk).any(-1, keepdim=True)  # (B,1,Lq,1)
-            if empty.any():
-                mask = mask | empty
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-            if empty.any():
-                out = out.masked_fill(empty, 0.0)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+        mask = attention_mask(key_mask, q.shape[-2], k.shape[-2], causal, device=q.device)
+        out = masked_attention(q, k, v, mask, dropout_p=self.dropout if self.training else 0.0)
         weights = None
         if need_weights:
             scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])

@@ -11,7 +11,9 @@ import json
 import math
 import os
 import random
+import tarfile
 import urllib.request
+import zipfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -88,6 +90,23 @@ def fetch(url: str, dest: str | os.PathLike, sha256: str | None = None,
         raise ValueError(f"{url}: downloaded file does not match the expected "
                          f"size {size} / sha256 {sha256}")
     tmp.rename(dest)
+    return dest
+
+
+def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """Unpack a .zip or .tar(.gz/.bz2/.xz) archive into ``dest``; a member whose path would
+    leave ``dest`` is an error."""
+    archive, dest = Path(archive), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            for member in z.namelist():
+                if not (dest / member).resolve().is_relative_to(dest.resolve()):
+                    raise ValueError(f"{archive}: member {member!r} would leave {dest}")
+            z.extractall(dest)
+    else:
+        with tarfile.open(archive) as t:
+            t.extractall(dest, filter="data")  # "data": no absolute paths, links out, devices
     return dest
 
 

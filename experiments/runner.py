@@ -1,10 +1,12 @@
 """The command contract every experiment script follows.
 
-    python experiments/<name>.py fit|validate|test --config experiments/configs/<name>/{paper,smoke}.yaml [overrides]
-    python experiments/<name>.py grid <grid> [--smoke | --config NAME] [--seeds N] [--jobs N] [-- overrides]
-    python experiments/<name>.py cell <grid> --cell NAME --seed N [--config NAME]
-    python experiments/<name>.py sweep <grid> [--config NAME] [--seeds N] [--output PATH]
-    python experiments/<name>.py report [<grid>] [--config NAME]
+    <name>.py fit|validate|test --config experiments/configs/<name>/paper.yaml [overrides]
+    <name>.py grid <grid> [--smoke | --config NAME] [--seeds N] [--jobs N] [-- overrides]
+    <name>.py cell <grid> --cell NAME --seed N [--config NAME]
+    <name>.py sweep <grid> [--config NAME] [--seeds N] [--output PATH]
+    <name>.py report [<grid>] [--config NAME]
+
+(``<name>.py`` is ``python experiments/<name>.py``; configs are paper.yaml, smoke.yaml, ...)
 
 ``fit``/``validate``/``test`` are LightningCLI.  A grid (a paper table) is a list of cells,
 each a list of CLI overrides; ``grid`` runs every cell and seed locally, each as the same
@@ -42,7 +44,13 @@ warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning
 @dataclass
 class Cell:
     """One row of a paper table: the CLI overrides that make it, and the paper's numbers
-    (metric label -> number in the paper's units)."""
+    (metric label -> number in the paper's units).
+
+    ``{config}`` in an argument stands for the grid config's path without ``.yaml``, so a
+    cell can merge a config file of its own for each grid config (a table column on another
+    dataset): ``--config={config}/sst.yaml`` reads ``configs/<name>/paper/sst.yaml`` under
+    ``--config paper`` and ``configs/<name>/smoke/sst.yaml`` under ``--smoke``.
+    """
 
     name: str
     args: list[str] = field(default_factory=list)
@@ -59,6 +67,7 @@ class Grid:
     cells: list[Cell]
     scale: float = 100.0  # logged fraction -> the paper's units (percent)
     note: str = ""
+    goal: str = "maximize"  # of the first metric, for the W&B sweep ("minimize": perplexity)
 
     def cell(self, name: str) -> Cell:
         for c in self.cells:
@@ -79,6 +88,7 @@ class Experiment:
     grids: dict[str, Grid]
     links: list[tuple[str, str]] = field(default_factory=list)  # (data attribute, model arg)
     subclass_mode_model: bool = False
+    subclass_mode_data: bool = False  # the config names the DataModule (class_path)
     script: Path | None = None
 
     @property
@@ -182,6 +192,7 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
     return ExperimentCLI(
         experiment.model_class, experiment.datamodule_class,
         subclass_mode_model=experiment.subclass_mode_model,
+        subclass_mode_data=experiment.subclass_mode_data,
         auto_configure_optimizers=False, args=argv,
         save_config_kwargs={"overwrite": True},
     )
@@ -250,8 +261,10 @@ def cell_command(experiment: Experiment, grid: Grid, cell: Cell, seed: int, conf
                  extra: list[str] = ()) -> list[str]:
     """The ``fit`` command of one cell and seed: what the user would type."""
     script = experiment.script or PROJECT_ROOT / "experiments" / f"{experiment.name}.py"
-    return [sys.executable, str(script), "fit", "--config", str(experiment.config_path(config)),
-            *cell.args, f"--seed_everything={seed}", f"--run.group={grid.name}-{config}",
+    path = experiment.config_path(config)
+    args = [a.replace("{config}", str(path.with_suffix(""))) for a in cell.args]
+    return [sys.executable, str(script), "fit", "--config", str(path),
+            *args, f"--seed_everything={seed}", f"--run.group={grid.name}-{config}",
             f"--run.name={cell.name}-seed{seed}", "--run.test_after_fit=true", *extra]
 
 
@@ -337,7 +350,7 @@ def sweep_config(experiment: Experiment, grid: Grid, config: str, seeds: int) ->
         "name": f"{experiment.name}-{grid.name}-{config}",
         "description": grid.title,
         "method": "grid",
-        "metric": {"name": first_metric, "goal": "maximize"},
+        "metric": {"name": first_metric, "goal": grid.goal},
         "parameters": {"cell": {"values": [c.name for c in grid.cells]},
                        "seed": {"values": list(range(seeds))}},
         "command": ["${env}", "${interpreter}", "${program}", "cell", grid.name, "--config",

@@ -30,3 +30,29 @@ class SequenceExactMatch(Metric):
 
     def compute(self) -> torch.Tensor:
         return self.correct.float() / self.total.clamp(min=1)
+
+
+class Perplexity(Metric):
+    """exp of the mean negative log-likelihood per real target token, over every token seen
+    since the last reset: token-weighted across batches, not a mean of batch perplexities
+    (Differentiable Window Table 6)."""
+
+    full_state_update = False
+    higher_is_better = False
+
+    def __init__(self):
+        super().__init__()
+        self.add_state("nll", default=torch.tensor(0.0, dtype=torch.float64),
+                       dist_reduce_fx="sum")
+        self.add_state("tokens", default=torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, token_nll: torch.Tensor, mask: torch.Tensor) -> None:
+        """token_nll (B, L) -log p(target) per position, mask (B, L) True at real targets."""
+        if token_nll.shape != mask.shape or mask.dtype != torch.bool:
+            raise ValueError(f"expected token_nll and a boolean mask of one shape, got "
+                             f"{tuple(token_nll.shape)} and {tuple(mask.shape)} {mask.dtype}")
+        self.nll += token_nll.detach().double().masked_fill(~mask, 0.0).sum()
+        self.tokens += mask.sum()
+
+    def compute(self) -> torch.Tensor:
+        return torch.exp(self.nll / self.tokens.clamp(min=1)).float()

@@ -6,19 +6,28 @@ flagged mechanism to the lowest layers (softmax above).  E.g. the CoDA Transform
 CoDA Table 6 is ``--model.attention coda``; Differentiable Window's Enc(AW)-Dec(MW) is
 ``--model.encoder_attention window --model.decoder_attention window
 --model.decoder_attention.variant mw --model.attention_layers 3``.
+
+:class:`TransformerClassifier` (an encoder, pooling and a linear classifier) and
+:class:`TransformerLM` (a decoder without cross-attention) have one attention module each,
+set by ``attention``; ``attention_layers`` works the same way (Differentiable Window Table 5:
+the window in layer 1 of 2).
 """
 
 from __future__ import annotations
 
-import torch
+from typing import Literal
+
 import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
 
 from attention import Mechanism
+from attention.masking import masked_max, masked_mean
 from attention.softmax import softmax
 from lit_models.base import AttnReproModule
 from lit_models.blocks import Decoder, Encoder
 from lit_models.decoding import greedy_decode
-from lit_models.metrics import SequenceExactMatch
+from lit_models.metrics import Perplexity, SequenceExactMatch
 
 
 class TransformerSeq2Seq(AttnReproModule):
@@ -43,7 +52,7 @@ class TransformerSeq2Seq(AttnReproModule):
         n_decoder_layers: int = 2,
         dropout: float = 0.1,
         attention_dropout: float = 0.1,
-        attention: Mechanism = softmax(),
+        attention: Mechanism = softmax(),  # noqa: B008 - an immutable flag value
         encoder_attention: Mechanism | None = None,
         decoder_attention: Mechanism | None = None,
         cross_attention: Mechanism | None = None,
@@ -118,3 +127,166 @@ class TransformerSeq2Seq(AttnReproModule):
 
     def test_step(self, batch, batch_idx):
         self._evaluate(batch, "test", self.test_exact)
+
+
+class TransformerClassifier(AttnReproModule):
+    """Transformer encoder, pooling, linear classifier: sentence and document classification
+    (CoDA Table 5, Differentiable Window Table 5; both papers use tensor2tensor's
+    transformer_tiny: 2 layers, 4 heads, 128 hidden, 512 feed-forward).
+
+    Batches: tokens (B,L), mask (B,L) True at real tokens, label (B,).  ``attention`` is the
+    encoder's self-attention, in the lowest ``attention_layers`` layers (None: all).
+    ``pooling`` of the final states: ``mean`` or ``max`` over the real tokens, or ``first``
+    (the state of the first token).  Logs loss and accuracy on train, val and test.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        pad_id: int = 0,
+        d_model: int = 128,
+        n_heads: int = 4,
+        d_ff: int = 512,
+        n_layers: int = 2,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.1,
+        attention: Mechanism = softmax(),  # noqa: B008 - an immutable flag value
+        attention_layers: int | None = None,
+        pooling: Literal["mean", "max", "first"] = "mean",
+        label_smoothing: float = 0.0,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        schedule: Literal["constant", "inverse_sqrt", "linear"] = "inverse_sqrt",
+        warmup_steps: int = 1000,
+        betas: tuple[float, float] = (0.9, 0.98),
+    ):
+        super().__init__(lr=lr, weight_decay=weight_decay, schedule=schedule,
+                         warmup_steps=warmup_steps, betas=betas)
+        if pooling not in ("mean", "max", "first"):
+            raise ValueError(f"pooling must be 'mean', 'max' or 'first', got {pooling!r}")
+        if num_classes < 2:
+            raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+        self.save_hyperparameters()
+        self.mechanisms = {"encoder": attention}
+        self.encoder = Encoder(vocab_size, d_model, n_heads, d_ff, n_layers, attention,
+                               attention_layers, pad_id, dropout, attention_dropout)
+        self.classifier = nn.Linear(d_model, num_classes)
+        self.train_accuracy = MulticlassAccuracy(num_classes, average="micro")
+        self.val_accuracy = MulticlassAccuracy(num_classes, average="micro")
+        self.test_accuracy = MulticlassAccuracy(num_classes, average="micro")
+
+    def pool(self, h: Tensor, mask: Tensor) -> Tensor:
+        """(B,L,D) final states -> (B,D); padded positions never contribute."""
+        if self.hparams.pooling == "first":
+            return h[:, 0]
+        if self.hparams.pooling == "max":
+            return masked_max(h, mask[..., None], dim=1)
+        return masked_mean(h, mask[..., None], dims=(1,)).squeeze(1)
+
+    def forward(self, tokens: Tensor, mask: Tensor, need_weights: bool = False):
+        """Class logits (B,C) (and the encoder's per-layer attention weights when asked)."""
+        h, weights = self.encoder(tokens, mask, need_weights)  # (B,L,D)
+        logits = self.classifier(self.pool(h, mask))  # (B,C)
+        return (logits, {"encoder": weights}) if need_weights else logits
+
+    def _step(self, batch, stage: str, smoothing: float) -> Tensor:
+        logits = self(batch["tokens"], batch["mask"])
+        loss = F.cross_entropy(logits, batch["label"], label_smoothing=smoothing)
+        bsz = batch["tokens"].shape[0]
+        metric = getattr(self, f"{stage}_accuracy")
+        metric(logits.argmax(-1), batch["label"])  # forward: this batch's value for on_step
+        self.log(f"{stage}/loss", loss, batch_size=bsz, prog_bar=stage == "train",
+                 sync_dist=stage != "train")
+        self.log(f"{stage}/accuracy", metric, batch_size=bsz, prog_bar=stage != "train")
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        loss = self._step(batch, "train", self.hparams.label_smoothing)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val", 0.0)
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test", 0.0)
+
+
+class TransformerLM(AttnReproModule):
+    """Decoder-only Transformer language model (Differentiable Window Table 6: the decoder of
+    the MT model, causal self-attention and no cross-attention).
+
+    Batches: tokens (B,L) = <s> w1 .. wn, targets (B,L) = w1 .. wn </s>, mask (B,L) True at
+    real target positions.  ``attention`` is the decoder's self-attention, in the lowest
+    ``attention_layers`` layers (None: all).  Logs the mean NLL per real target token as
+    loss, and on val/test the perplexity exp(total NLL / number of real target tokens) over
+    the whole split (:class:`lit_models.metrics.Perplexity`).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        pad_id: int = 0,
+        d_model: int = 128,
+        n_heads: int = 4,
+        d_ff: int = 512,
+        n_layers: int = 2,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.1,
+        attention: Mechanism = softmax(),  # noqa: B008 - an immutable flag value
+        attention_layers: int | None = None,
+        tie_output: bool = True,
+        label_smoothing: float = 0.0,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        schedule: Literal["constant", "inverse_sqrt", "linear"] = "inverse_sqrt",
+        warmup_steps: int = 1000,
+        betas: tuple[float, float] = (0.9, 0.98),
+    ):
+        super().__init__(lr=lr, weight_decay=weight_decay, schedule=schedule,
+                         warmup_steps=warmup_steps, betas=betas)
+        self.save_hyperparameters()
+        self.mechanisms = {"decoder": attention}
+        self.decoder = Decoder(vocab_size, d_model, n_heads, d_ff, n_layers, attention, None,
+                               attention_layers, pad_id, dropout, attention_dropout,
+                               tie_output=tie_output)
+        self.val_perplexity, self.test_perplexity = Perplexity(), Perplexity()
+
+    def forward(self, tokens: Tensor, mask: Tensor | None = None, need_weights: bool = False):
+        """Next-token logits (B,L,V) (and the per-layer self-attention weights when asked)."""
+        logits, weights = self.decoder(tokens, mask, need_weights=need_weights)
+        return (logits, {"decoder": [w for w, _ in weights]}) if need_weights else logits
+
+    def token_nll(self, batch, smoothing: float = 0.0) -> Tensor:
+        """(B,L) cross-entropy of every target (with label smoothing when asked)."""
+        logits = self(batch["tokens"], batch["mask"])
+        return F.cross_entropy(logits.transpose(1, 2), batch["targets"], reduction="none",
+                               label_smoothing=smoothing)
+
+    @staticmethod
+    def _mean(token_nll: Tensor, mask: Tensor) -> tuple[Tensor, int]:
+        tokens = int(mask.sum())
+        return token_nll.masked_fill(~mask, 0.0).sum() / max(tokens, 1), tokens
+
+    def training_step(self, batch, batch_idx):
+        loss, tokens = self._mean(self.token_nll(batch, self.hparams.label_smoothing),
+                                  batch["mask"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=tokens)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        return loss
+
+    def _evaluate(self, batch, stage: str) -> None:
+        nll = self.token_nll(batch)
+        loss, tokens = self._mean(nll, batch["mask"])
+        # batch_size = tokens: the epoch's loss is the token-weighted mean, log(perplexity)
+        self.log(f"{stage}/loss", loss, batch_size=tokens, sync_dist=True)
+        metric = getattr(self, f"{stage}_perplexity")
+        metric.update(nll, batch["mask"])
+        self.log(f"{stage}/perplexity", metric, prog_bar=True)
+
+    def validation_step(self, batch, batch_idx):
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._evaluate(batch, "test")

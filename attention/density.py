@@ -1,0 +1,299 @@
+"""The attention density matrix (ADM): quantum statistics-inspired attention (PAPERS.md Sec. 4).
+
+At decoder step i over source encodings h_1..h_N the pseudo density matrix Psi_i (N x N,
+Eq. 6) has the baseline scores on its diagonal and pair scores off it:
+
+    [Psi_i]_(k,k) = alpha_ik = u^T tanh(W s_i + V h_k + b)          (Eq. 5, Bahdanau)
+    [Psi_i]_(j,k) = [M_i]_(j,k),  j != k
+    L_(j,k) = tanh(h_j + h_k)                                      (Eq. 9, D-dim)
+    MQT:  M_i = w_s * (L s_i)            w_s a scalar             (Eq. 10)
+    AQT:  M_i = tanh(L + s_i) w_s        w_s a vector of size D   (Eq. 11)
+    omega_i = softmax_k( mean_j [Psi_i]_(j,k) ),  c_i = H omega_i  (Eq. 8)
+
+Padding: j and k run over the real source positions only; padded k get exactly 0 weight.
+So the logit of a real k is (alpha_ik + sum_{j real, j != k} M_i[j,k]) / n_real.
+
+Efficiency.  MQT: sum_{j != k} M_i[j,k] = w_s * s_i . P_k with
+P_k = sum_{j real, j != k} tanh(h_j + h_k) (:func:`pair_encoding_sum`), computed once per
+source in ``precompute``; a decoder step then costs O(N * D) like ordinary attention.  P is
+computed in blocks of k, so neither pass holds more than ``max(block_elements, B * N * D)``
+elements of the (B, N, N, D) tensor L.  AQT has no shortcut (O(T * N^2 * D) work);
+:func:`aqt_offdiagonal` loops over blocks of (decoder step, source row j) pairs, each
+holding at most ``max(block_elements, B * N * D)`` elements of tanh(L + s_i), recomputed in
+the backward pass.
+
+h and s must share the dimension D: the decoder projects s when the dimensions differ.
+Multi-head attention (per head, keys as h, queries as s, scaled dot product as the diagonal):
+MQT only without causal masking, because with a causal mask the rows j averaged over depend
+on the query and the P_k shortcut no longer holds (:class:`UnsupportedContext`); AQT handles
+any per-query mask exactly.  Alignment: both directions, the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attention.additive import (
+    BLOCK_ELEMENTS,
+    AdditiveScore,
+    align,
+    checkpointed,
+    row_blocks,
+    rows_per_block,
+)
+from attention.base import (
+    AlignmentCore,
+    DecoderCore,
+    Mechanism,
+    MultiHeadCore,
+    UnsupportedContext,
+)
+from attention.masking import attention_mask, check_mask, masked_softmax, pair_mask
+
+SCHEMES = ("mqt", "aqt")
+
+
+def _not_diagonal(rows: slice, like: Tensor) -> Tensor:
+    """(c, N) in the dtype of ``like`` (..., N, D): 1 where the row j (in ``rows``) is not the
+    column k."""
+    n = like.shape[-2]
+    j = torch.arange(rows.start, rows.stop, device=like.device)
+    return (j[:, None] != torch.arange(n, device=like.device)[None, :]).to(like.dtype)
+
+
+# -- Eq. 9 summed over rows: the MQT shortcut -------------------------------------------------
+def _pair_block(h_k: Tensor, h: Tensor, row_weight: Tensor, rows: slice) -> Tensor:
+    pair = torch.tanh(h_k.unsqueeze(-2) + h.unsqueeze(-3))  # L_(j,k), k in block  (..., c, N, D)
+    weight = row_weight.unsqueeze(-2) * _not_diagonal(rows, h)  # (..., c, N)
+    return (weight.unsqueeze(-2) @ pair).squeeze(-2)  # sum over j  (..., c, D)
+
+
+def pair_encoding_sum(h: Tensor, mask: Tensor | None = None, *,
+                      block_elements: int = BLOCK_ELEMENTS) -> Tensor:
+    """P_k = sum_{j != k, mask_j} tanh(h_j + h_k) for h (..., N, D), mask (..., N) -> (..., N, D).
+
+    Computed in blocks of k: at most ``max(block_elements, batch * N * D)`` elements of L at
+    once, in the forward and the backward pass."""
+    n, d = h.shape[-2:]
+    row_weight = h.new_ones(n) if mask is None else check_mask(mask).to(h.dtype)  # (..., N)
+    size = rows_per_block(math.prod(h.shape[:-2]) * n * d, block_elements)
+    return torch.cat([checkpointed(_pair_block, h[..., ks, :], h, row_weight, ks)
+                      for ks in row_blocks(n, size)], dim=-2)
+
+
+def mqt_offdiagonal(s: Tensor, pairs: Tensor, w_s: Tensor) -> Tensor:
+    """sum_{j != k} [M_i]_(j,k) = w_s * s_i . P_k (Eq. 10) for s (..., T, D), P (..., N, D)
+    -> (..., T, N)."""
+    return w_s * (s @ pairs.transpose(-2, -1))
+
+
+# -- Eq. 11 ----------------------------------------------------------------------------------
+def _aqt_block(h_j: Tensor, h: Tensor, s_t: Tensor, w_col: Tensor, visible: Tensor,
+               rows: slice) -> Tensor:
+    pair = torch.tanh(h_j.unsqueeze(-2) + h.unsqueeze(-3))  # L_(j,k)  (..., cj, N, D)
+    m = torch.tanh(pair.unsqueeze(-4) + s_t[..., :, None, None, :])  # (..., ct, cj, N, D)
+    e = (m @ w_col).squeeze(-1)  # [M_t]_(j,k)  (..., ct, cj, N)
+    weight = visible.unsqueeze(-1) * _not_diagonal(rows, h)  # (..., ct, cj, N)
+    return (weight * e).sum(-2)  # sum over j  (..., ct, N)
+
+
+def aqt_offdiagonal(h: Tensor, s: Tensor, w_s: Tensor, visible: Tensor | None = None, *,
+                    block_elements: int = BLOCK_ELEMENTS) -> Tensor:
+    """sum_{j != k, visible_ij} w_s . tanh(tanh(h_j + h_k) + s_i) (Eq. 11) for h (..., N, D),
+    s (..., T, D), w_s (D,) or (*trailing batch dims, D) (e.g. (H, D)) -> (..., T, N).
+
+    ``visible`` (boolean, broadcastable to (..., T, N)) says which rows j each query
+    averages over (padding, causality).  Blocks of (query, row j) pairs hold at most
+    ``max(block_elements, batch * N * D)`` elements of tanh(L + s_i) at once, in the forward
+    and the backward pass."""
+    (n, d), t = h.shape[-2:], s.shape[-2]
+    batch = torch.broadcast_shapes(h.shape[:-2], s.shape[:-2])
+    visible = h.new_ones(t, n) if visible is None else check_mask(visible, "visible").to(h.dtype)
+    visible = visible.expand(torch.broadcast_shapes(visible.shape, (t, n)))  # (..., T, N)
+    pairs = rows_per_block(math.prod(batch) * n * d, block_elements)  # (step, row j) pairs
+    cj = min(n, pairs)
+    ct = max(1, min(t, pairs // cj))
+    w_col = w_s[..., None, None, :, None]  # (..., 1, 1, D, 1)
+    out = []
+    for steps in row_blocks(t, ct):
+        total = 0
+        for rows in row_blocks(n, cj):
+            total = total + checkpointed(_aqt_block, h[..., rows, :], h, s[..., steps, :],
+                                         w_col, visible[..., steps, rows], rows)
+        out.append(total)
+    return torch.cat(out, dim=-2)
+
+
+# -- Eq. 8 -----------------------------------------------------------------------------------
+def density_weights(diagonal: Tensor, offdiagonal: Tensor, mask: Tensor | None = None) -> Tensor:
+    """omega = softmax_k( mean_j [Psi]_(j,k) ) (Eq. 8) from the diagonal alpha (..., T, N) and
+    the column sums of the off-diagonal part (..., T, N); ``mask`` (broadcastable, True = real)
+    gives the rows j and columns k of each query.  Masked k get exactly 0."""
+    if mask is None:
+        rows = diagonal.shape[-1]
+    else:
+        mask = torch.broadcast_to(check_mask(mask), diagonal.shape)
+        rows = mask.sum(-1, keepdim=True).clamp(min=1)  # real rows j per query
+    return masked_softmax((diagonal + offdiagonal) / rows, mask)
+
+
+def _check_scheme(scheme: str) -> None:
+    if scheme not in SCHEMES:
+        raise ValueError(f"density: scheme must be one of {SCHEMES}, got {scheme!r}")
+
+
+def density_context(scores: Tensor, h: Tensor, s: Tensor, w_s: Tensor, scheme: str = "mqt",
+                    mask: Tensor | None = None, *,
+                    block_elements: int = BLOCK_ELEMENTS) -> tuple[Tensor, Tensor]:
+    """The attention density matrix on plain tensors (Eq. 6-11).
+
+    scores (B,T,N): the diagonal alpha_ij (baseline scores); h (B,N,D) source encodings;
+    s (B,T,D) decoder states; w_s a scalar tensor ("mqt") or a (D,) tensor ("aqt");
+    mask (B,N) boolean, True = real token.  Returns (context (B,T,D), omega (B,T,N)).
+    Exported as ``attention.functional.density_context``.
+    """
+    _check_scheme(scheme)
+    if h.dim() != 3 or s.dim() != 3 or scores.dim() != 3:
+        raise ValueError(f"density_context expects scores (B,T,N), h (B,N,D), s (B,T,D); got "
+                         f"scores {tuple(scores.shape)}, h {tuple(h.shape)}, s {tuple(s.shape)}")
+    (b, n, d), t = h.shape, s.shape[1]
+    if tuple(scores.shape) != (b, t, n) or s.shape[0] != b or s.shape[2] != d:
+        raise ValueError(f"density_context: h {tuple(h.shape)} and s {tuple(s.shape)} must share "
+                         f"B and D and scores must be (B,T,N) = {(b, t, n)}, got "
+                         f"{tuple(scores.shape)}")
+    expected = () if scheme == "mqt" else (d,)
+    if not torch.is_tensor(w_s) or tuple(w_s.shape) != expected:
+        raise ValueError(f"density_context: w_s for scheme {scheme!r} must have shape {expected}, "
+                         f"got {tuple(w_s.shape) if torch.is_tensor(w_s) else type(w_s).__name__}")
+    if mask is not None and tuple(check_mask(mask).shape) != (b, n):
+        raise ValueError(f"density_context: mask must be (B,N) = {(b, n)}, got "
+                         f"{tuple(mask.shape)}")
+    rows = None if mask is None else mask[:, None, :]  # (B,1,N)
+    if scheme == "mqt":
+        off = mqt_offdiagonal(s, pair_encoding_sum(h, mask, block_elements=block_elements), w_s)
+    else:
+        off = aqt_offdiagonal(h, s, w_s, rows, block_elements=block_elements)
+    omega = density_weights(scores, off, rows)  # (B,T,N)
+    return omega @ h, omega
+
+
+# -- the flag ---------------------------------------------------------------------------------
+def _pair_weight(scheme: str, shape_mqt: tuple, shape_aqt: tuple) -> nn.Parameter:
+    """w_s, uniform in (-0.1, 0.1) like the tensorflow/nmt code the paper builds on."""
+    return nn.Parameter(torch.empty(shape_mqt if scheme == "mqt" else shape_aqt)
+                        .uniform_(-0.1, 0.1))
+
+
+class density(Mechanism):  # noqa: N801 - flag classes are named by their registry names
+    """Attention density matrix, MQT (Eq. 10) or AQT (Eq. 11).  ``hidden``: size of the additive
+    baseline score (None = memory dimension); ``block_elements``: the most elements of any
+    pairwise temporary held at once (see the module docstring)."""
+
+    name = "density"
+
+    def __init__(self, scheme: Literal["mqt", "aqt"] = "mqt", hidden: int | None = None,
+                 block_elements: int = BLOCK_ELEMENTS):
+        _check_scheme(scheme)
+        if hidden is not None and hidden < 1:
+            raise ValueError(f"density: hidden must be a positive size or None, got {hidden}")
+        if block_elements < 1:
+            raise ValueError(f"density: block_elements must be positive, got {block_elements}")
+        self.scheme, self.hidden, self.block_elements = scheme, hidden, block_elements
+
+    def multihead(self, *, d_model, n_heads, dropout=0.0, self_attention=True):
+        return DensityMultiHead(self.scheme, n_heads, d_model // n_heads, dropout,
+                                self.block_elements)
+
+    def alignment(self, *, dim):
+        return DensityAlignment(self.scheme, dim, self.hidden or dim, self.block_elements)
+
+    def decoder(self, *, query_dim, memory_dim):
+        return DensityDecoder(self.scheme, query_dim, memory_dim, self.hidden or memory_dim,
+                              self.block_elements)
+
+
+class DensityDecoder(DecoderCore):
+    def __init__(self, scheme: str, query_dim: int, memory_dim: int, hidden: int,
+                 block_elements: int):
+        super().__init__()
+        self.scheme, self.block_elements = scheme, block_elements
+        self.score = AdditiveScore(query_dim, memory_dim, hidden, block_elements)  # alpha_ij
+        # L s_i and tanh(L + s_i) need s in the memory's dimension
+        self.query_proj = (nn.Identity() if query_dim == memory_dim
+                           else nn.Linear(query_dim, memory_dim, bias=False))
+        self.w_s = _pair_weight(scheme, (), (memory_dim,))
+
+    def precompute(self, h, mask=None):
+        memory = {"h": h, "mask": check_mask(mask), "keys": self.score.keys(h)}
+        if self.scheme == "mqt":  # P_k, once per source
+            memory["pairs"] = pair_encoding_sum(h, mask, block_elements=self.block_elements)
+        return memory
+
+    def forward(self, s, memory):
+        h, mask = memory["h"], memory["mask"]
+        rows = None if mask is None else mask[:, None, :]  # (B,1,N)
+        diagonal = self.score(s, memory["keys"])  # alpha (B,T,N)
+        s = self.query_proj(s)  # (B,T,D)
+        if self.scheme == "mqt":
+            off = mqt_offdiagonal(s, memory["pairs"], self.w_s)
+        else:
+            off = aqt_offdiagonal(h, s, self.w_s, rows, block_elements=self.block_elements)
+        omega = density_weights(diagonal, off, rows)  # (B,T,N)
+        return omega @ h, omega
+
+
+class DensityMultiHead(MultiHeadCore):
+    def __init__(self, scheme: str, n_heads: int, head_dim: int, dropout: float,
+                 block_elements: int):
+        super().__init__()
+        self.scheme, self.dropout, self.block_elements = scheme, dropout, block_elements
+        self.w_s = _pair_weight(scheme, (n_heads, 1, 1), (n_heads, head_dim))  # one per head
+
+    def forward(self, q, k, v, *, key_mask=None, causal=False, need_weights=False,
+                query_input=None, key_input=None):
+        if causal and self.scheme == "mqt":
+            raise UnsupportedContext(
+                "attention 'density' (scheme='mqt') cannot be used for causal multihead "
+                "attention: the rows j averaged over depend on the query, so the per-source "
+                "sums P_k do not apply and the exact sum costs Lq*Lk^2*d per head; use "
+                "scheme='aqt' or another mechanism for causal self-attention")
+        mask = attention_mask(key_mask, q.shape[-2], k.shape[-2], causal, device=q.device)
+        diagonal = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B,H,Lq,Lk)
+        if self.scheme == "mqt":
+            keys = None if key_mask is None else key_mask[:, None, :]  # (B,1,Lk)
+            pairs = pair_encoding_sum(k, keys, block_elements=self.block_elements)  # (B,H,Lk,d)
+            off = mqt_offdiagonal(q, pairs, self.w_s)
+        else:
+            off = aqt_offdiagonal(k, q, self.w_s, mask, block_elements=self.block_elements)
+        weights = density_weights(diagonal, off, mask)
+        out = F.dropout(weights, self.dropout, self.training) @ v  # (B,H,Lq,dv)
+        return out, (weights if need_weights else None)
+
+
+class DensityAlignment(AlignmentCore):
+    def __init__(self, scheme: str, dim: int, hidden: int, block_elements: int):
+        super().__init__()
+        self.scheme, self.block_elements = scheme, block_elements
+        self.score = AdditiveScore(dim, dim, hidden, block_elements)
+        self.w_s = _pair_weight(scheme, (), (dim,))
+
+    def _offdiagonal(self, queries, memory, memory_mask, visible):
+        if self.scheme == "mqt":
+            pairs = pair_encoding_sum(memory, memory_mask, block_elements=self.block_elements)
+            return mqt_offdiagonal(queries, pairs, self.w_s)
+        return aqt_offdiagonal(memory, queries, self.w_s, visible,
+                               block_elements=self.block_elements)
+
+    def forward(self, a, b, mask_a=None, mask_b=None, *, value_a=None, value_b=None):
+        scores = self.score(a, self.score.keys(b))  # alpha: a_i queries, b_j keys (B,La,Lb)
+        pairs = pair_mask(mask_a, mask_b)  # (B,La,Lb)-broadcastable
+        pairs_t = None if pairs is None else pairs.transpose(1, 2)
+        weights_a = density_weights(scores, self._offdiagonal(a, b, mask_b, pairs), pairs)
+        weights_b = density_weights(scores.transpose(1, 2),
+                                    self._offdiagonal(b, a, mask_a, pairs_t), pairs_t)
+        return align(weights_a, weights_b.transpose(1, 2), a, b, value_a, value_b)

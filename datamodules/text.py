@@ -1,0 +1,562 @@
+"""Single-sequence text data: what SST, IMDb, SVA (Linzen) and One Billion Word share.
+
+- word tokenisation: the data's own tokens, or spaCy's blank English tokenizer for raw text
+  (:func:`spacy_tokenize`);
+- one tokenizer interface over two vocabularies (:class:`TextTokenizer`): word level
+  (:class:`datamodules.common.Vocab`, ``min_freq`` / ``max_size``) or BPE (HF ``tokenizers``,
+  trained on the training words with a configured vocabulary size).  Both are built once and
+  cached under :func:`datamodules.common.cache_dir`, keyed by a digest of the training words
+  and the settings (:func:`build_tokenizer`).  Both put ``<pad> <unk> <s> </s>`` at ids 0-3;
+- :class:`PackedSequences`: encoded examples stored flat (one int32 tensor and offsets), so a
+  few shards of One Billion Word fit in memory;
+- :class:`TextDataModule`: the DataModule base (data folder, download-or-explain, tokenizer,
+  truncation to ``max_len`` counted per split, bucketed loaders) and
+  :class:`TextClassificationDataModule` with batches ``tokens (B,L)``, ``mask (B,L)``,
+  ``label (B,)``.  Dataset modules only parse their formats (``read_examples``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import os
+from abc import ABC, abstractmethod
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from functools import lru_cache, partial
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from datamodules.common import (
+    BOS,
+    EOS,
+    PAD,
+    UNK,
+    BucketBatchSampler,
+    Vocab,
+    cache_dir,
+    extract_archive,
+    fetch,
+    pad,
+    settings_key,
+    shared_data_dir,
+)
+
+log = logging.getLogger(__name__)
+
+Tokenization = Literal["word", "bpe"]
+SPECIALS = (PAD, UNK, BOS, EOS)  # ids 0, 1, 2, 3 in both vocabularies
+SPLITS = ("train", "val", "test")
+Example = tuple[list[str], int | None]  # (words, label); label None for language modelling
+BPE_SUFFIX = "</w>"  # marks the last piece of a word, so decoding restores word boundaries
+
+
+# ---------------------------------------------------------------------------------------
+# word tokenisation
+
+
+@lru_cache(maxsize=1)
+def _spacy_english():
+    import spacy
+
+    return spacy.blank("en")  # rule-based tokenizer only: nothing to download
+
+
+def spacy_tokenize(texts: Iterable[str], batch_size: int = 256) -> Iterator[list[str]]:
+    """Words of raw texts by spaCy's blank English tokenizer.  Whitespace tokens (spaCy keeps
+    runs of spaces and newlines as tokens) are left out: they carry no word."""
+    for doc in _spacy_english().tokenizer.pipe(texts, batch_size=batch_size):
+        yield [t.text for t in doc if not t.is_space]
+
+
+def split_tokens(text: str) -> list[str]:
+    """The tokens of pre-tokenised text: separated by ASCII spaces only, so a no-break space
+    inside a token (SST writes "8\\xa01/2") stays part of it; repeated spaces add nothing."""
+    return [t for t in text.split(" ") if t]
+
+
+def corpus_digest(sequences: Iterable[Sequence[str]]) -> tuple[str, int]:
+    """A sha1 of word sequences (order and boundaries included), to key caches by content,
+    and how many sequences there were."""
+    h, count = hashlib.sha1(), 0
+    for words in sequences:
+        h.update("\x1f".join(words).encode())
+        h.update(b"\x1e")
+        count += 1
+    return h.hexdigest(), count
+
+
+class Reiterable:
+    """An iterable that calls ``make()`` for every pass (re-reading files instead of holding
+    a large corpus in memory)."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def __iter__(self):
+        return iter(self.make())
+
+
+# ---------------------------------------------------------------------------------------
+# tokenizers: words -> ids
+
+
+class TextTokenizer(ABC):
+    """Words to ids and back.  ``<pad> <unk> <s> </s>`` are ids 0-3 in every vocabulary."""
+
+    kind: ClassVar[str]
+    cache_path: Path | None = None
+    from_cache: bool = False  # True when loaded from the cache rather than built
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int: ...
+
+    @abstractmethod
+    def token_to_id(self, token: str) -> int | None: ...
+
+    @abstractmethod
+    def encode_batch(self, sequences: Sequence[Sequence[str]]) -> list[list[int]]: ...
+
+    @abstractmethod
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        """Words of ids, specials left out, stopping at the first ``</s>``."""
+
+    def encode(self, words: Sequence[str]) -> list[int]:
+        return self.encode_batch([words])[0]
+
+    def _special(self, token: str) -> int:
+        i = self.token_to_id(token)
+        if i is None:
+            raise KeyError(f"{type(self).__name__} has no special token {token!r}")
+        return i
+
+    @property
+    def pad_id(self) -> int:
+        return self._special(PAD)
+
+    @property
+    def unk_id(self) -> int:
+        return self._special(UNK)
+
+    @property
+    def bos_id(self) -> int:
+        return self._special(BOS)
+
+    @property
+    def eos_id(self) -> int:
+        return self._special(EOS)
+
+
+class WordTokenizer(TextTokenizer):
+    """Word level: one id per word of a :class:`Vocab`; out-of-vocabulary words map to <unk>."""
+
+    kind = "word"
+
+    def __init__(self, vocab: Vocab):
+        self.vocab = vocab
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.vocab.stoi.get(token)
+
+    def encode_batch(self, sequences: Sequence[Sequence[str]]) -> list[list[int]]:
+        return [self.vocab.encode(words) for words in sequences]
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        return self.vocab.decode(ids)
+
+    def save(self, path: Path) -> None:
+        self.vocab.save(path)
+
+    @classmethod
+    def load(cls, path: Path) -> WordTokenizer:
+        return cls(Vocab.load(path))
+
+    @classmethod
+    def train(cls, sequences: Iterable[Sequence[str]], min_freq: int = 1,
+              max_size: int | None = None) -> WordTokenizer:
+        return cls(Vocab.build(sequences, min_freq=min_freq, max_size=max_size,
+                               specials=SPECIALS))
+
+
+class BPETokenizer(TextTokenizer):
+    """Byte-pair encoding (HF ``tokenizers``) of words: merges learnt inside words only
+    (words never merge across a space), the last piece of a word marked by ``</w>``."""
+
+    kind = "bpe"
+    max_cached_words = 1 << 20
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._word_ids: dict[str, list[int]] = {}  # pieces of each word seen so far
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.tokenizer.token_to_id(token)
+
+    def encode_batch(self, sequences: Sequence[Sequence[str]]) -> list[list[int]]:
+        # merges never cross a word boundary, so each distinct word is segmented once and
+        # remembered (several times faster than encoding every sentence in ``tokenizers``)
+        if len(self._word_ids) > self.max_cached_words:
+            self._word_ids.clear()
+        pieces = self._word_ids
+        new = list(dict.fromkeys(w for words in sequences for w in words if w not in pieces))
+        if new:
+            encodings = self.tokenizer.encode_batch([[w] for w in new], is_pretokenized=True,
+                                                    add_special_tokens=False)
+            pieces.update(zip(new, (e.ids for e in encodings), strict=True))
+        return [[i for w in words for i in pieces[w]] for words in sequences]
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        ids = list(itertools.takewhile(lambda i: i != self.eos_id, (int(i) for i in ids)))
+        return split_tokens(self.tokenizer.decode(ids, skip_special_tokens=True))
+
+    def save(self, path: Path) -> None:
+        self.tokenizer.save(str(path))
+
+    @classmethod
+    def load(cls, path: Path) -> BPETokenizer:
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_file(str(path)))
+
+    @classmethod
+    def train(cls, sequences: Iterable[Sequence[str]], vocab_size: int) -> BPETokenizer:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        tokenizer = Tokenizer(models.BPE(unk_token=UNK, end_of_word_suffix=BPE_SUFFIX))
+        tokenizer.pre_tokenizer = pre_tokenizers.Split(" ", behavior="removed")
+        tokenizer.decoder = decoders.BPEDecoder(suffix=BPE_SUFFIX)
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS),
+                                      end_of_word_suffix=BPE_SUFFIX, show_progress=False)
+        tokenizer.train_from_iterator((" ".join(words) for words in sequences), trainer)
+        return cls(tokenizer)
+
+
+def build_tokenizer(kind: Tokenization, train_sequences: Iterable[Sequence[str]], *,
+                    bpe_vocab_size: int = 8192, min_freq: int = 1, max_size: int | None = None,
+                    name: str = "text") -> TextTokenizer:
+    """The tokenizer of ``kind`` for these training words, loaded from the cache when it was
+    built before for the same words and settings, else built and saved there.
+
+    kind "word": a :class:`Vocab` of words seen ``min_freq`` times or more, the ``max_size``
+    most frequent (None: all).  kind "bpe": ``bpe_vocab_size`` ids (specials, characters and
+    merges).  The cache file is ``cache_dir()/<name>-<kind>-<key>.json`` where the key is
+    :func:`datamodules.common.settings_key` of the words' digest and the settings.
+    ``train_sequences`` is read twice when the tokenizer is built (digest, then training):
+    a list, or a :class:`Reiterable` that re-reads its files.
+    """
+    if kind not in ("word", "bpe"):
+        raise ValueError(f"tokenization must be 'word' or 'bpe', got {kind!r}")
+    digest, count = corpus_digest(train_sequences)
+    if count == 0:
+        raise ValueError(f"{name}: no training sequences to build a {kind} tokenizer from")
+    settings = {"words": digest, "kind": kind, "version": 1}
+    if kind == "word":
+        settings.update(min_freq=min_freq, max_size=max_size)
+    else:
+        if bpe_vocab_size <= len(SPECIALS):
+            raise ValueError(f"bpe_vocab_size must exceed {len(SPECIALS)}, got {bpe_vocab_size}")
+        settings.update(bpe_vocab_size=bpe_vocab_size)
+    path = cache_dir() / f"{name}-{kind}-{settings_key(**settings)}.json"
+    cls = WordTokenizer if kind == "word" else BPETokenizer
+    if path.exists():
+        tokenizer, from_cache = cls.load(path), True
+    else:
+        if kind == "word":
+            tokenizer = WordTokenizer.train(train_sequences, min_freq, max_size)
+        else:
+            tokenizer = BPETokenizer.train(train_sequences, bpe_vocab_size)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # atomic for parallel ranks
+        tokenizer.save(tmp)
+        tmp.replace(path)
+        from_cache = False
+    for i, special in enumerate(SPECIALS):
+        if tokenizer.token_to_id(special) != i:
+            raise ValueError(f"{path}: expected {special!r} at id {i}")
+    tokenizer.cache_path, tokenizer.from_cache = path, from_cache
+    return tokenizer
+
+
+# ---------------------------------------------------------------------------------------
+# encoded examples
+
+
+class PackedSequences(Dataset):
+    """Variable-length id sequences stored flat: ``ids`` (N_tokens,) int32 and ``offsets``
+    (N+1,); item i is ``(ids[offsets[i]:offsets[i+1]], labels[i] or None)``."""
+
+    def __init__(self, sequences: Iterable[Sequence[int]], labels: Sequence[int] | None = None):
+        flat, lengths = array("i"), array("q")
+        for seq in sequences:
+            flat.extend(seq)
+            lengths.append(len(seq))
+        self.ids = torch.frombuffer(flat, dtype=torch.int32) if flat else torch.zeros(0).int()
+        self.offsets = torch.zeros(len(lengths) + 1, dtype=torch.long)
+        if lengths:
+            self.offsets[1:] = torch.frombuffer(lengths, dtype=torch.long).cumsum(0)
+        self.labels = None if labels is None else torch.as_tensor(labels, dtype=torch.long)
+        if self.labels is not None and len(self.labels) != len(lengths):
+            raise ValueError(f"{len(lengths)} sequences but {len(self.labels)} labels")
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> tuple[Tensor, int | None]:
+        ids = self.ids[self.offsets[i]:self.offsets[i + 1]]
+        return ids, (None if self.labels is None else int(self.labels[i]))
+
+    @property
+    def lengths(self) -> list[int]:
+        return self.offsets.diff().tolist()
+
+
+def collate_classification(batch: Sequence[tuple[Tensor, int]], pad_id: int) -> dict[str, Tensor]:
+    """``tokens`` (B,L) long, ``mask`` (B,L) bool (True = real token), ``label`` (B,) long."""
+    tokens, mask = pad([ids for ids, _ in batch], pad_id)
+    return {"tokens": tokens, "mask": mask,
+            "label": torch.tensor([label for _, label in batch], dtype=torch.long)}
+
+
+# ---------------------------------------------------------------------------------------
+# DataModules
+
+
+class TextDataModule(L.LightningDataModule):
+    """Base of the single-sequence DataModules.
+
+    Subclasses set ``name`` (cache file prefix), ``shared_subdir`` (the folder under the
+    shared data), ``archive_url`` / ``archive_subdir`` (the official archive and the data
+    folder inside it) and implement :meth:`read_examples` (the split's words and labels, in
+    file order, raising DataFormatError for malformed input) and :meth:`split_files`.
+
+    ``data_dir`` None: ``shared_data_dir()/shared_subdir`` when it exists, else the folder the
+    official archive unpacks to under ``cache_dir()`` (``prepare_data`` downloads it, or says
+    where to put it when there is no network).  The tokenizer is built from the training
+    split (after ``lowercase`` and ``max_train_examples``) on first use of ``vocab_size`` /
+    ``pad_id`` / ``tokenizer`` or in ``setup``.  Sequences longer than ``max_len`` ids are cut
+    to ``max_len``; how many per split is in ``stats["truncated"]``.
+    """
+
+    name: ClassVar[str] = "text"
+    shared_subdir: str = ""
+    archive_url: str | None = None
+    archive_subdir: str = ""
+    append_eos: ClassVar[bool] = False  # language modelling: targets end with </s>
+
+    def __init__(self, data_dir: str | None = None, tokenization: Tokenization = "word",
+                 bpe_vocab_size: int = 8192, min_freq: int = 1,
+                 max_vocab_size: int | None = None, lowercase: bool = False,
+                 batch_size: int = 32, max_len: int | None = 512,
+                 max_train_examples: int | None = None, num_workers: int = 0, seed: int = 0):
+        super().__init__()
+        if tokenization not in ("word", "bpe"):
+            raise ValueError(f"tokenization must be 'word' or 'bpe', got {tokenization!r}")
+        if max_len is not None and max_len < 1:
+            raise ValueError(f"max_len must be positive or None, got {max_len}")
+        if max_train_examples is not None and max_train_examples < 1:
+            raise ValueError("max_train_examples must be positive or None, "
+                             f"got {max_train_examples}")
+        self.data_dir = Path(data_dir) if data_dir is not None else self.default_data_dir()
+        self.tokenization, self.bpe_vocab_size = tokenization, bpe_vocab_size
+        self.min_freq, self.max_vocab_size, self.lowercase = min_freq, max_vocab_size, lowercase
+        self.batch_size, self.max_len = batch_size, max_len
+        self.max_train_examples, self.num_workers, self.seed = max_train_examples, num_workers, seed
+        self.datasets: dict[str, PackedSequences] = {}
+        self.stats: dict[str, dict[str, int]] = {"examples": {}, "truncated": {}}
+        self._tokenizer: TextTokenizer | None = None
+        self._sources: dict[str, Iterable[Example]] = {}
+
+    # ---- where the files are
+
+    def default_data_dir(self) -> Path:
+        shared = shared_data_dir() / self.shared_subdir
+        if self.shared_subdir and shared.exists():
+            return shared
+        return self._download_dir()
+
+    @abstractmethod
+    def split_files(self, split: str) -> list[Path]:
+        """The files (or folders) a split reads; [] when the split is not configured."""
+
+    def _missing(self, splits: Iterable[str]) -> list[Path]:
+        return [p for s in splits for p in self.split_files(s) if not p.exists()]
+
+    def _require(self, split: str) -> None:
+        if not self.split_files(split):
+            raise ValueError(f"{type(self).__name__}: no {split} split is configured")
+        missing = self._missing([split])
+        if missing:
+            folder = self.data_dir
+            present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+            names = ", ".join(map(str, missing[:3])) + (
+                f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            how = ""
+            if self.archive_url:
+                how = f" The official release is {self.archive_url}" + (
+                    " (prepare_data() downloads and unpacks it there)."
+                    if folder == self._download_dir() else ".")
+            raise FileNotFoundError(
+                f"{type(self).__name__} {split} data not found: {names} (present in {folder}: "
+                f"{present or 'nothing'}).{how}")
+
+    def _download_dir(self) -> Path:
+        return cache_dir() / self.name / self.archive_subdir
+
+    def prepare_data(self) -> None:
+        """Download and unpack the official archive when the configured files are missing and
+        the data folder is the default cache folder; without network the error names the URL
+        and the expected path."""
+        wanted = [s for s in SPLITS if self.split_files(s)]
+        if not self._missing(wanted) or self.archive_url is None:
+            return
+        if self.data_dir != self._download_dir():
+            return  # a folder chosen by the user: setup() names what is missing there
+        file_name = self.archive_url.rsplit("/", 1)[1]
+        archive = fetch(self.archive_url, cache_dir() / "downloads" / file_name)
+        extract_archive(archive, cache_dir() / self.name)
+
+    # ---- examples and tokenizer
+
+    @abstractmethod
+    def read_examples(self, split: str, limit: int | None = None) -> Iterable[Example]:
+        """The split's (words, label) in file order (``limit``: the reader may stop after that
+        many).  A list, or a :class:`Reiterable` for corpora too large to hold as words."""
+
+    def examples(self, split: str) -> Iterable[Example]:
+        """The split's examples after ``max_train_examples`` and ``lowercase`` (read once
+        and kept when the reader returns a list)."""
+        if split not in self._sources:
+            self._require(split)
+            limit = self.max_train_examples if split == "train" else None
+            source = self.read_examples(split, limit)
+            if isinstance(source, list):
+                self._sources[split] = list(self._clean(split, source, limit))
+            else:
+                self._sources[split] = Reiterable(partial(self._clean, split, source, limit))
+        return self._sources[split]
+
+    def _clean(self, split: str, source: Iterable[Example], limit: int | None) -> Iterator[Example]:
+        for i, (words, label) in enumerate(itertools.islice(source, limit)):
+            if not words:
+                raise ValueError(f"{type(self).__name__} {split} example {i} has no words "
+                                 "(the reader should have named its file and line)")
+            yield ([w.lower() for w in words] if self.lowercase else words), label
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = build_tokenizer(
+                self.tokenization, Reiterable(lambda: (w for w, _ in self.examples("train"))),
+                bpe_vocab_size=self.bpe_vocab_size, min_freq=self.min_freq,
+                max_size=self.max_vocab_size, name=self.name)
+            log.info("%s: %s tokenizer, %d ids (%s %s)", self.name, self.tokenization,
+                     self._tokenizer.vocab_size,
+                     "loaded from" if self._tokenizer.from_cache else "saved to",
+                     self._tokenizer.cache_path)
+        return self._tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_id
+
+    def encode(self, split: str, examples: Iterable[Example]) -> PackedSequences:
+        """Ids of every example (with ``</s>`` when ``append_eos``), cut to ``max_len``."""
+        tokenizer, labels, counts = self.tokenizer, [], {"examples": 0, "truncated": 0}
+
+        def sequences() -> Iterator[list[int]]:
+            source = iter(examples)
+            while chunk := list(itertools.islice(source, 4096)):
+                labels.extend(label for _, label in chunk)
+                for ids in tokenizer.encode_batch([words for words, _ in chunk]):
+                    if self.append_eos:
+                        ids.append(tokenizer.eos_id)
+                    if self.max_len is not None and len(ids) > self.max_len:
+                        ids, counts["truncated"] = ids[: self.max_len], counts["truncated"] + 1
+                    counts["examples"] += 1
+                    yield ids
+
+        packed = PackedSequences(sequences())
+        if any(label is not None for label in labels):
+            packed.labels = torch.tensor(labels, dtype=torch.long)
+        for key, n in counts.items():
+            self.stats[key][split] = n
+        if counts["truncated"]:
+            log.info("%s %s: %d of %d examples cut to max_len=%d", self.name, split,
+                     counts["truncated"], counts["examples"], self.max_len)
+        return packed
+
+    # ---- Lightning hooks
+
+    def setup(self, stage: str | None = None) -> None:
+        """fit: train and val (when configured); validate: val; test and predict: test;
+        None: train, val when configured and test when configured and present."""
+        splits = {"fit": ["train", "val"], "validate": ["val"], "test": ["test"],
+                  "predict": ["test"]}.get(stage or "", None)
+        if splits is None:
+            splits = ["train", "val"]
+            if self.split_files("test") and not self._missing(["test"]):
+                splits.append("test")
+        if stage in ("fit", None) and not self.split_files("val"):
+            splits.remove("val")
+        for split in splits:
+            if split not in self.datasets:
+                self.datasets[split] = self.encode(split, self.examples(split))
+                self._sources.pop(split, None)  # the words are not needed any more
+
+    def collate_fn(self):
+        return partial(collate_classification, pad_id=self.pad_id)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if split not in self.datasets:
+            self.setup({"train": "fit", "val": "validate", "test": "test"}[split])
+        data = self.datasets[split]
+        trainer = getattr(self, "trainer", None)
+        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer else (1, 0)
+        sampler = BucketBatchSampler(data.lengths,
+                                     self.batch_size, shuffle=shuffle, seed=self.seed,
+                                     num_replicas=replicas, rank=rank)
+        return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate_fn(),
+                          num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader | list:
+        if not self.split_files("val"):
+            return []  # no validation split configured: Lightning skips validation
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+
+class TextClassificationDataModule(TextDataModule):
+    """One sequence, one label: batches ``tokens`` (B,L), ``mask`` (B,L), ``label`` (B,)."""
+
+    labels: tuple[str, ...] = ()  # class names, index = label id
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.labels)

@@ -1,0 +1,220 @@
+"""The classification and language-modelling experiment scripts end to end on their smoke
+configs: CoDA Table 5 on an aclImdb folder in the published layout, Differentiable Window
+Table 5 on the real Linzen and SST files, Table 6 on a One Billion Word folder in the
+published layout; a local grid of two SST cells (each cell merging its dataset's config) and
+the reports; the paper configs parse."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments import coda_sentiment, dwin_classification, dwin_lm
+from experiments.runner import run_cli
+from lit_models.transformer import TransformerClassifier
+from tests.conftest import shared_path
+from tests.wandb_records import records
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "experiments" / "configs"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    e.update(ATTNREPRO_RUNS=str(tmp_path / "runs"), ATTNREPRO_CACHE=str(tmp_path / "cache"),
+             HOME=str(tmp_path), ATTNREPRO_THREADS="1")
+    return e  # no API key: the runner logs to W&B offline
+
+
+def run(script: str, args, env, timeout=300):
+    p = subprocess.run([sys.executable, str(ROOT / "experiments" / f"{script}.py"), *args],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p.stdout + p.stderr
+
+
+def last_values(path: Path) -> dict[str, float]:
+    out = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            out.update({k: float(v) for k, v in row.items() if v not in ("", None)})
+    return out
+
+
+def wandb_config(run_dir: Path) -> dict:
+    (path,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    return {item.key: yaml.safe_load(item.value_json) for r in records(path)
+            if r.WhichOneof("record_type") == "config" for item in r.config.update}
+
+
+def write_aclimdb(root: Path) -> Path:
+    """aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt: 24 train and 12 test reviews whose
+    sentiment words tell the label."""
+    rng = random.Random(0)
+    words = {"pos": "great wonderful superb moving funny".split(),
+             "neg": "awful boring dull terrible weak".split()}
+    filler = "the movie was and a plot actor film story it".split()
+    for split, n in (("train", 12), ("test", 6)):
+        for folder, ratings in (("pos", (7, 10)), ("neg", (1, 4))):
+            d = root / "aclImdb" / split / folder
+            d.mkdir(parents=True)
+            for i in range(n):
+                text = " ".join(rng.choice(words[folder] + filler)
+                                for _ in range(rng.randint(5, 30)))
+                (d / f"{i}_{rng.randint(*ratings)}.txt").write_text(f"{text}.<br /><br />End.")
+    return root / "aclImdb"
+
+
+def write_lm1b(root: Path) -> Path:
+    """Training shard 1 and heldout shards 0 and 1 in the benchmark's layout."""
+    rng = random.Random(0)
+    vocab = "the a cat dog sat on mat . , and ran to house big small".split()
+    base = root / "1-billion-word-language-modeling-benchmark-r13output"
+    files = {"training-monolingual.tokenized.shuffled/news.en-00001-of-00100": 200,
+             "heldout-monolingual.tokenized.shuffled/news.en.heldout-00000-of-00050": 40,
+             "heldout-monolingual.tokenized.shuffled/news.en.heldout-00001-of-00050": 40}
+    for name, n in files.items():
+        (base / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / name).write_text("".join(
+            " ".join(rng.choice(vocab) for _ in range(rng.randint(3, 15))) + "\n"
+            for _ in range(n)))
+    return base
+
+
+def test_coda_sentiment_fit_on_an_aclimdb_folder(env, tmp_path):
+    data = write_aclimdb(tmp_path / "data")
+    run("coda_sentiment", [
+        "fit", "--config", str(CONFIGS / "coda_sentiment" / "smoke.yaml"),
+        "--config", str(CONFIGS / "coda_sentiment" / "smoke" / "imdb.yaml"),
+        f"--data.data_dir={data}", "--model.attention=coda", "--run.group=e2e",
+        "--run.name=imdb", "--run.test_after_fit=true"], env)
+    run_dir = tmp_path / "runs" / "coda_sentiment" / "e2e" / "imdb"
+    values = last_values(run_dir / "metrics.csv")
+    assert {"train/loss", "train/accuracy", "val/accuracy", "test/accuracy"} <= set(values)
+    assert 0 <= values["test/accuracy"] <= 1
+    assert list((run_dir / "checkpoints").glob("epoch=*-step=10.ckpt"))  # mid-training
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["data"]["class_path"] == "datamodules.imdb.IMDbDataModule"
+    assert config["data"]["init_args"]["tokenization"] == "bpe"
+    assert config["model"]["attention"]["class_path"].endswith("coda")
+    # the parameter count reaches the CSV logger's hparams and the W&B config, and is right
+    hparams = yaml.safe_load((run_dir / "hparams.yaml").read_text())
+    model = TransformerClassifier(hparams["vocab_size"], hparams["num_classes"],
+                                  d_model=32, n_heads=2, d_ff=64, n_layers=2)
+    assert hparams["n_parameters"] == model.n_parameters()
+    logged = wandb_config(run_dir)
+    assert logged["n_parameters"] == model.n_parameters()
+    assert logged["attention/encoder"] == "coda"
+
+
+def test_dwin_classification_fit_on_the_linzen_files(env, tmp_path):
+    shared_path("linzen_agreement/numpred.val")
+    run("dwin_classification", [
+        "fit", "--config", str(CONFIGS / "dwin_classification" / "smoke.yaml"),
+        "--config", str(CONFIGS / "dwin_classification" / "smoke" / "sva.yaml"),
+        "--model.attention=window", "--model.attention.variant=aw", "--run.group=e2e",
+        "--run.name=sva", "--run.test_after_fit=true", "--run.wandb=false"], env)
+    run_dir = tmp_path / "runs" / "dwin_classification" / "e2e" / "sva"
+    values = last_values(run_dir / "metrics.csv")
+    assert {"val/accuracy", "test/accuracy"} <= set(values)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["data"]["class_path"] == "datamodules.sva.SVADataModule"
+    assert config["data"]["init_args"]["train_file"] == "numpred.val"
+    assert config["model"]["attention_layers"] == 1
+    assert config["model"]["attention"]["init_args"]["variant"] == "aw"
+
+
+def test_dwin_lm_fit_and_its_perplexity_report(env, tmp_path):
+    data = write_lm1b(tmp_path / "data")
+    run("dwin_lm", [
+        "fit", "--config", str(CONFIGS / "dwin_lm" / "smoke.yaml"), f"--data.data_dir={data}",
+        "--model.attention=window", "--model.attention.variant=mw",
+        "--run.group=table6-smoke", "--run.name=window-mw-seed0", "--run.test_after_fit=true"],
+        env)
+    run_dir = tmp_path / "runs" / "dwin_lm" / "table6-smoke" / "window-mw-seed0"
+    values = last_values(run_dir / "metrics.csv")
+    # both token-weighted over the split: perplexity = exp(loss)
+    assert values["val/perplexity"] == pytest.approx(math.exp(values["val/loss"]), rel=1e-4)
+    assert values["test/perplexity"] == pytest.approx(math.exp(values["test/loss"]), rel=1e-4)
+    vocab_size = yaml.safe_load((run_dir / "hparams.yaml").read_text())["vocab_size"]
+    assert vocab_size == 4 + 15  # specials and the 15 words
+    assert values["test/perplexity"] < vocab_size  # learnt something: below uniform
+    assert wandb_config(run_dir)["attention/decoder"] == "window(variant=mw)"
+    report = run("dwin_lm", ["report", "table6", "--smoke"], env)
+    # perplexity in its own units (scale 1), not as a percentage
+    assert f"| window-mw | 44.00 | {values['test/perplexity']:.2f} ± 0.00 (n=1) |" in report
+    assert "| softmax | 46.37 | not run |" in report
+
+
+def test_grid_of_two_sst_cells_and_report(env, tmp_path):
+    shared_path("sst_ptb/train.txt")
+    out = run("dwin_classification", ["grid", "table5", "--smoke", "--cells", "sst-relative",
+                                      "sst-window-aw", "--jobs", "2"], env)
+    assert "done sst-relative seed 0" in out and "done sst-window-aw seed 0" in out
+    group = tmp_path / "runs" / "dwin_classification" / "table5-smoke"
+    configs = {c: yaml.safe_load((group / f"{c}-seed0" / "config.yaml").read_text())
+               for c in ("sst-relative", "sst-window-aw")}
+    for config in configs.values():  # the cell's dataset config was merged
+        assert config["data"]["class_path"] == "datamodules.sst.SSTDataModule"
+        assert config["data"]["init_args"]["max_train_examples"] == 512
+    assert configs["sst-relative"]["model"]["attention_layers"] is None  # Shaw: every layer
+    assert configs["sst-window-aw"]["model"]["attention_layers"] == 1  # window: layer 1
+    report = run("dwin_classification", ["report", "table5", "--smoke"], env)
+    for cell, paper in (("sst-relative", "79.73"), ("sst-window-aw", "82.13")):
+        ours = 100 * last_values(group / f"{cell}-seed0" / "metrics.csv")["test/accuracy"]
+        assert f"| {cell} | {paper} | {ours:.2f} ± 0.00 (n=1) |" in report
+    assert "| sva-window-aw | 96.19 | not run |" in report
+
+
+def test_cell_commands_merge_the_dataset_config_of_the_grid_config(env):
+    out = run("coda_sentiment", ["grid", "table5", "--smoke", "--dry-run", "--cells",
+                                 "imdb-coda"], env)
+    smoke = CONFIGS / "coda_sentiment" / "smoke"
+    assert f"--config {smoke}.yaml --config={smoke}/imdb.yaml --model.attention=coda" in out
+    out = run("coda_sentiment", ["grid", "table5", "--dry-run", "--cells", "sst-transformer"],
+              env)
+    paper = CONFIGS / "coda_sentiment" / "paper"
+    assert f"--config={paper}/sst.yaml --model.attention=softmax" in out
+
+
+def test_lm_sweep_minimises_perplexity(env, tmp_path):
+    out_path = tmp_path / "sweep.yaml"
+    run("dwin_lm", ["sweep", "table6", "--smoke", "--output", str(out_path)], env)
+    sweep = yaml.safe_load(out_path.read_text())
+    assert sweep["metric"] == {"name": "test/perplexity", "goal": "minimize"}
+    assert sweep["parameters"]["cell"]["values"] == ["softmax", "relative", "window-mw",
+                                                     "window-aw"]
+
+
+PAPER_CONFIGS = [(coda_sentiment, "imdb"), (coda_sentiment, "sst"),
+                 (dwin_classification, "sst"), (dwin_classification, "imdb"),
+                 (dwin_classification, "sva"), (dwin_lm, None)]
+
+
+@pytest.mark.parametrize("module,dataset", PAPER_CONFIGS,
+                         ids=[f"{m.EXPERIMENT.name}-{d}" for m, d in PAPER_CONFIGS])
+def test_paper_configs_parse(module, dataset, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [module.__file__])  # the CLI reads only argv below
+    experiment = module.EXPERIMENT
+    argv = ["fit", "--config", str(experiment.config_path("paper"))]
+    if dataset:
+        argv += ["--config", str(experiment.config_dir / "paper" / f"{dataset}.yaml")]
+    with pytest.raises(SystemExit) as done:
+        run_cli(experiment, argv + ["--print_config"])
+    assert done.value.code in (0, None)
+    config = yaml.safe_load(capsys.readouterr().out)
+    steps = {"coda_sentiment": 2000, "dwin_lm": 100000}.get(
+        experiment.name, {"sst": 3000, "imdb": 10000, "sva": 10000}.get(dataset))
+    assert config["trainer"]["max_steps"] == steps
+    assert config["model"]["d_model"] == (512 if experiment.name == "dwin_lm" else 128)

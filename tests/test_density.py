@@ -1,0 +1,224 @@
+"""Attention density matrix (PAPERS.md Sec. 4): the MQT shortcut and blocked AQT against the
+N x N matrix Psi built with loops (Eq. 6-11), padding, step-by-step decoding, every context,
+block sizes and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention import MultiHeadAttention, UnsupportedContext, build
+from attention import density as density_module
+from attention.density import aqt_offdiagonal, density, pair_encoding_sum
+from attention.functional import density_context
+
+DT = torch.float64
+
+
+def naive_omega(scores, h, s, w, scheme, real):
+    """omega (T,N) of Eq. 8 for one sequence, Psi_i built entry by entry (Eq. 6, 9-11); only the
+    rows j and columns k where ``real`` (T,N) (one visibility row per query) take part."""
+    t, n = scores.shape
+    omega = torch.zeros(t, n, dtype=DT)
+    for i in range(t):
+        psi = torch.zeros(n, n, dtype=DT)
+        for j in range(n):
+            for k in range(n):
+                if j == k:
+                    psi[j, k] = scores[i, k]
+                    continue
+                pair = torch.tanh(h[j] + h[k])  # Eq. 9
+                psi[j, k] = w * (pair @ s[i]) if scheme == "mqt" else torch.tanh(pair + s[i]) @ w
+        keep = real[i].nonzero().flatten()
+        column_mean = psi[keep][:, keep].mean(0)  # mean over real rows j, per real column k
+        omega[i, keep] = torch.softmax(column_mean, -1)
+    return omega
+
+
+@pytest.fixture
+def data():
+    g = torch.Generator().manual_seed(0)
+    b, t, n, d = 2, 3, 5, 4
+    return dict(
+        scores=torch.randn(b, t, n, generator=g, dtype=DT),
+        h=torch.randn(b, n, d, generator=g, dtype=DT),
+        s=torch.randn(b, t, d, generator=g, dtype=DT),
+        mask=torch.tensor([[1, 1, 1, 1, 1], [1, 0, 1, 1, 0]], dtype=torch.bool),
+        w={"mqt": torch.tensor(0.7, dtype=DT), "aqt": torch.randn(d, generator=g, dtype=DT)},
+        g=g,
+    )
+
+
+@pytest.mark.parametrize("scheme", ["mqt", "aqt"])
+@pytest.mark.parametrize("block_elements", [1, 37, 1 << 22])
+def test_functional_equals_naive_density_matrix(data, scheme, block_elements):
+    scores, h, s, mask, w = data["scores"], data["h"], data["s"], data["mask"], data["w"][scheme]
+    context, omega = density_context(scores, h, s, w, scheme, mask,
+                                     block_elements=block_elements)
+    for b in range(2):
+        expected = naive_omega(scores[b], h[b], s[b], w, scheme, mask[b].expand(3, 5))
+        torch.testing.assert_close(omega[b], expected)
+        torch.testing.assert_close(context[b], expected @ h[b])
+    assert torch.equal(omega[1, :, [1, 4]], torch.zeros(3, 2))  # padded keys: exactly 0
+
+
+def test_pair_encoding_sum_loops(data):
+    h, mask = data["h"], data["mask"]
+    pairs = pair_encoding_sum(h, mask, block_elements=9)
+    for b in range(2):
+        for k in range(5):
+            expected = sum(torch.tanh(h[b, j] + h[b, k]) for j in range(5)
+                           if j != k and mask[b, j])
+            torch.testing.assert_close(pairs[b, k], expected)
+
+
+def test_blocks_stay_within_budget(data, monkeypatch):
+    h, s, mask, w = data["h"], data["s"], data["mask"], data["w"]["aqt"]
+    pair_rows, aqt_blocks = [], []
+    pair_block, aqt_block = density_module._pair_block, density_module._aqt_block
+
+    def record_pair(h_k, *args):
+        pair_rows.append(h_k.shape[-2])
+        return pair_block(h_k, *args)
+
+    def record_aqt(h_j, h_, s_t, *args):
+        aqt_blocks.append((s_t.shape[-2], h_j.shape[-2]))
+        return aqt_block(h_j, h_, s_t, *args)
+
+    monkeypatch.setattr(density_module, "_pair_block", record_pair)
+    monkeypatch.setattr(density_module, "_aqt_block", record_aqt)
+    row = 2 * 5 * 4  # B * N * D: one (k) row of L, one (step, j) pair of tanh(L + s)
+    pair_encoding_sum(h, mask, block_elements=2 * row)
+    assert pair_rows == [2, 2, 1]
+    aqt_offdiagonal(h, s, w, mask[:, None, :], block_elements=2 * row)
+    assert aqt_blocks == [(1, 2), (1, 2), (1, 1)] * 3  # per step rows 2 + 2 + 1: <= 2 pairs
+    aqt_blocks.clear()
+    aqt_offdiagonal(h, s, w, mask[:, None, :], block_elements=11 * row)
+    assert aqt_blocks == [(2, 5), (1, 5)]  # 10 of 11 pairs, then the last step
+
+
+@pytest.mark.parametrize("scheme", ["mqt", "aqt"])
+def test_functional_gradcheck(data, scheme):
+    g = data["g"]
+    w = torch.tensor(0.5, dtype=DT) if scheme == "mqt" else torch.randn(2, generator=g, dtype=DT)
+    args = (torch.randn(1, 2, 3, generator=g, dtype=DT),  # scores (B,T,N)
+            torch.randn(1, 3, 2, generator=g, dtype=DT),  # h (B,N,D)
+            torch.randn(1, 2, 2, generator=g, dtype=DT), w)  # s (B,T,D), w_s
+    args = tuple(a.requires_grad_() for a in args)
+    mask = torch.tensor([[1, 0, 1]], dtype=torch.bool)
+    assert torch.autograd.gradcheck(
+        lambda *a: density_context(*a, scheme, mask, block_elements=5), args)
+
+
+@pytest.mark.parametrize("scheme", ["mqt", "aqt"])
+@pytest.mark.parametrize("query_dim", [4, 6])
+def test_decoder_matches_naive_and_steps(data, scheme, query_dim):
+    h, mask, g = data["h"], data["mask"], data["g"]
+    s = torch.randn(2, 3, query_dim, generator=g, dtype=DT)
+    core = density(scheme, block_elements=30).decoder(query_dim=query_dim, memory_dim=4).double()
+    memory = core.precompute(h, mask)
+    assert ("pairs" in memory) == (scheme == "mqt")  # P_k once per source, MQT only
+    context, omega = core(s, memory)
+    scores = core.score(s, core.score.keys(h))  # Eq. 5 (tested in test_additive.py)
+    s_d = core.query_proj(s)
+    for b in range(2):
+        expected = naive_omega(scores[b], h[b], s_d[b], core.w_s, scheme, mask[b].expand(3, 5))
+        torch.testing.assert_close(omega[b], expected)
+        torch.testing.assert_close(context[b], expected @ h[b])
+    for t in range(3):
+        c_t, w_t = core.step(s[:, t], memory)
+        torch.testing.assert_close(w_t, omega[:, t], rtol=0, atol=1e-12)
+        torch.testing.assert_close(c_t, context[:, t], rtol=0, atol=1e-12)
+    index = torch.tensor([1, 1, 0])
+    c_r, w_r = core.step(s[index, 1], core.reorder(memory, index))
+    torch.testing.assert_close(w_r, omega[index, 1])
+
+
+@pytest.mark.parametrize("scheme", ["mqt", "aqt"])
+def test_padding_does_not_change_real_weights(data, scheme):
+    h, g = data["h"], data["g"]
+    core = density(scheme).decoder(query_dim=4, memory_dim=4).double()
+    s = torch.randn(1, 2, 4, generator=g, dtype=DT)
+    short_c, short_w = core(s, core.precompute(h[:1, :3], None))
+    padded = torch.cat([h[:1, :3], 100 * torch.randn(1, 2, 4, generator=g, dtype=DT)], 1)
+    mask = torch.tensor([[1, 1, 1, 0, 0]], dtype=torch.bool)
+    long_c, long_w = core(s, core.precompute(padded, mask))
+    torch.testing.assert_close(long_w[..., :3], short_w)
+    torch.testing.assert_close(long_c, short_c)
+    assert torch.equal(long_w[..., 3:], torch.zeros(1, 2, 2))
+
+
+def test_multihead_mqt_matches_naive(data):
+    g = data["g"]
+    q = torch.randn(2, 2, 3, 4, generator=g, dtype=DT)
+    k = torch.randn(2, 2, 5, 4, generator=g, dtype=DT)
+    v = torch.randn(2, 2, 5, 3, generator=g, dtype=DT)
+    key_mask = data["mask"]
+    core = density("mqt", block_elements=50).multihead(d_model=8, n_heads=2).double()
+    out, weights = core(q, k, v, key_mask=key_mask, need_weights=True)
+    for b in range(2):
+        for hd in range(2):
+            scores = q[b, hd] @ k[b, hd].T / 2.0  # scaled dot product, d = 4
+            expected = naive_omega(scores, k[b, hd], q[b, hd], core.w_s[hd, 0, 0], "mqt",
+                                   key_mask[b].expand(3, 5))
+            torch.testing.assert_close(weights[b, hd], expected)
+            torch.testing.assert_close(out[b, hd], expected @ v[b, hd])
+    with pytest.raises(UnsupportedContext, match="'density'.*causal"):
+        core(q, k, v, key_mask=key_mask, causal=True)
+
+
+def test_multihead_aqt_causal_matches_naive(data):
+    g = data["g"]
+    q = torch.randn(2, 2, 4, 2, generator=g, dtype=DT)
+    k = torch.randn(2, 2, 4, 2, generator=g, dtype=DT)
+    key_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
+    core = density("aqt", block_elements=20).multihead(d_model=4, n_heads=2).double()
+    out, weights = core(q, k, k, key_mask=key_mask, causal=True, need_weights=True)
+    for b in range(2):
+        visible = key_mask[b] & torch.ones(4, 4, dtype=torch.bool).tril()  # own prefix per row
+        for hd in range(2):
+            scores = q[b, hd] @ k[b, hd].T / 2.0 ** 0.5
+            expected = naive_omega(scores, k[b, hd], q[b, hd], core.w_s[hd], "aqt", visible)
+            torch.testing.assert_close(weights[b, hd], expected)
+            torch.testing.assert_close(out[b, hd], expected @ k[b, hd])
+
+
+@pytest.mark.parametrize("scheme", ["mqt", "aqt"])
+def test_alignment_both_directions(data, scheme):
+    a, mask_a, g = data["h"], data["mask"], data["g"]
+    b = torch.randn(2, 3, 4, generator=g, dtype=DT)
+    mask_b = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    core = density(scheme, block_elements=16).alignment(dim=4).double()
+    out = core(a, b, mask_a, mask_b)
+    e = core.score(a, core.score.keys(b))  # (B,La,Lb)
+    for n in range(2):
+        row = naive_omega(e[n], b[n], a[n], core.w_s, scheme, mask_b[n].expand(5, 3))
+        row[~mask_a[n]] = 0
+        col = naive_omega(e[n].T, a[n], b[n], core.w_s, scheme, mask_a[n].expand(3, 5)).T
+        col[:, ~mask_b[n]] = 0
+        torch.testing.assert_close(out.weights_a[n], row)
+        torch.testing.assert_close(out.weights_b[n], col)
+        torch.testing.assert_close(out.a_aligned[n], row @ b[n])
+        torch.testing.assert_close(out.b_aligned[n], col.T @ a[n])
+
+
+def test_registry_block_and_errors(data):
+    mechanism = build("density", scheme="aqt")
+    assert mechanism.tag() == "density(scheme=aqt)"
+    assert all(mechanism.supports(c) for c in ("multihead", "alignment", "decoder"))
+    block = MultiHeadAttention(8, 2, "density").double()
+    x = torch.randn(2, 4, 8, dtype=DT)
+    out, _ = block(x, x, torch.tensor([[1] * 4, [1, 1, 0, 0]], dtype=torch.bool))
+    out.sum().backward()
+    assert block.core.w_s.grad.abs().sum() > 0
+    with pytest.raises(UnsupportedContext, match="density"):
+        block(x, x, causal=True)
+    scores, h, s, mask = data["scores"], data["h"], data["s"], data["mask"]
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        density("xqt")
+    with pytest.raises(ValueError, match=r"w_s for scheme 'aqt' must have shape \(4,\)"):
+        density_context(scores, h, s, data["w"]["mqt"], "aqt", mask)
+    with pytest.raises(ValueError, match="must share"):
+        density_context(scores, h, s[..., :3], data["w"]["mqt"], "mqt", mask)
+    with pytest.raises(TypeError, match="boolean"):
+        density_context(scores, h, s, data["w"]["mqt"], "mqt", mask.long())
