@@ -2,11 +2,15 @@
 al. 2019, Sec. 3.5): tensor2tensor's tiny Transformer, byte-pair encoding, 2000 steps.
 
 Each dataset is a table column: its DataModule and settings are a config of their own,
-merged after the grid config (``configs/coda_sentiment/<config>/{imdb,sst}.yaml``).
+merged after the grid config (``configs/coda_sentiment/<config>/{imdb,sst}.yaml``), which
+holds the trainer and the model only.  The smoke dataset configs read the shared GLUE SST-2
+copy (../shared/data/sst2_glue) or the synthetic aclImdb folder of tests/fixtures, so the
+grid runs with ``--smoke`` alone.
 
     python experiments/coda_sentiment.py fit \\
         --config experiments/configs/coda_sentiment/smoke.yaml \\
         --config experiments/configs/coda_sentiment/smoke/sst.yaml --model.attention coda
+    python experiments/coda_sentiment.py grid table5 --smoke
     python experiments/coda_sentiment.py grid table5 --config paper --seeds 3
     python experiments/coda_sentiment.py report table5
 """

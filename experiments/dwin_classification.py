@@ -5,12 +5,16 @@ test in layer 1 only; 3K, 10K and 10K updates.
 
 Each dataset is a table column: its DataModule and settings (with its number of updates) are
 a config of their own, merged after the grid config
-(``configs/dwin_classification/<config>/{sst,imdb,sva}.yaml``).
+(``configs/dwin_classification/<config>/{sst,imdb,sva}.yaml``), which holds the trainer and
+the model only.  The smoke dataset configs read small real files of ../shared/data (the
+SST PTB trees, Linzen et al.'s numpred files) or the synthetic aclImdb folder of
+tests/fixtures, so the grid runs with ``--smoke`` alone.
 
     python experiments/dwin_classification.py fit \\
         --config experiments/configs/dwin_classification/smoke.yaml \\
         --config experiments/configs/dwin_classification/smoke/sva.yaml \\
         --model.attention window --model.attention.variant aw
+    python experiments/dwin_classification.py grid table5 --smoke --cells imdb-window-aw
     python experiments/dwin_classification.py grid table5 --config paper --seeds 3
     python experiments/dwin_classification.py report table5
 """

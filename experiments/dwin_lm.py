@@ -2,10 +2,17 @@
 the window in a decoder-only Transformer (Nguyen et al. 2020, Sec. 5.4): the MT model's
 base size, 100K updates, perplexity on the held-out data (lower is better).
 
-    python experiments/dwin_lm.py fit --config experiments/configs/dwin_lm/smoke.yaml \\
+    python experiments/dwin_lm.py fit --config experiments/configs/dwin_lm/smoke.yaml
+    python experiments/dwin_lm.py fit --config experiments/configs/dwin_lm/paper.yaml \\
         --data.data_dir /path/to/1-billion-word-language-modeling-benchmark-r13output
     python experiments/dwin_lm.py grid table6 --config paper
     python experiments/dwin_lm.py report table6
+
+One dataset, so its DataModule and settings stay in the grid configs (no dataset configs).
+The smoke config reads a small SYNTHETIC folder in the benchmark's layout
+(tests/fixtures/lm1b).  The paper config reads the folder ``--data.data_dir`` names, else
+../shared/data/1-billion-word-language-modeling-benchmark-r13output where it exists, else
+the official archive, which ``prepare_data`` downloads to the cache.
 """
 
 from datamodules.lm1b import LM1BDataModule

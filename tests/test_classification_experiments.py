@@ -1,15 +1,14 @@
-"""The classification and language-modelling experiment scripts end to end on their smoke
-configs: CoDA Table 5 on an aclImdb folder in the published layout, Differentiable Window
-Table 5 on the real Linzen and SST files, Table 6 on a One Billion Word folder in the
-published layout; a local grid of two SST cells (each cell merging its dataset's config) and
-the reports; the paper configs parse."""
+"""The classification and language-modelling experiment scripts end to end, each grid cell
+with ``--smoke`` alone: CoDA Table 5 on the synthetic aclImdb fixture and the shared GLUE
+SST-2 copy, Differentiable Window Table 5 on the real SST trees and Linzen files and the
+aclImdb fixture (a local grid, each cell merging its dataset's config, and the report),
+Table 6 on the synthetic One Billion Word fixture; the paper configs parse."""
 
 from __future__ import annotations
 
 import csv
 import math
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from datamodules.common import shared_data_dir
 from experiments import coda_sentiment, dwin_classification, dwin_lm
 from experiments.runner import run_cli
 from lit_models.transformer import TransformerClassifier
@@ -58,54 +58,29 @@ def wandb_config(run_dir: Path) -> dict:
             if r.WhichOneof("record_type") == "config" for item in r.config.update}
 
 
-def write_aclimdb(root: Path) -> Path:
-    """aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt: 24 train and 12 test reviews whose
-    sentiment words tell the label."""
-    rng = random.Random(0)
-    words = {"pos": "great wonderful superb moving funny".split(),
-             "neg": "awful boring dull terrible weak".split()}
-    filler = "the movie was and a plot actor film story it".split()
-    for split, n in (("train", 12), ("test", 6)):
-        for folder, ratings in (("pos", (7, 10)), ("neg", (1, 4))):
-            d = root / "aclImdb" / split / folder
-            d.mkdir(parents=True)
-            for i in range(n):
-                text = " ".join(rng.choice(words[folder] + filler)
-                                for _ in range(rng.randint(5, 30)))
-                (d / f"{i}_{rng.randint(*ratings)}.txt").write_text(f"{text}.<br /><br />End.")
-    return root / "aclImdb"
-
-
-def write_lm1b(root: Path) -> Path:
-    """Training shard 1 and heldout shards 0 and 1 in the benchmark's layout."""
-    rng = random.Random(0)
-    vocab = "the a cat dog sat on mat . , and ran to house big small".split()
-    base = root / "1-billion-word-language-modeling-benchmark-r13output"
-    files = {"training-monolingual.tokenized.shuffled/news.en-00001-of-00100": 200,
-             "heldout-monolingual.tokenized.shuffled/news.en.heldout-00000-of-00050": 40,
-             "heldout-monolingual.tokenized.shuffled/news.en.heldout-00001-of-00050": 40}
-    for name, n in files.items():
-        (base / name).parent.mkdir(parents=True, exist_ok=True)
-        (base / name).write_text("".join(
-            " ".join(rng.choice(vocab) for _ in range(rng.randint(3, 15))) + "\n"
-            for _ in range(n)))
-    return base
-
-
-def test_coda_sentiment_fit_on_an_aclimdb_folder(env, tmp_path):
-    data = write_aclimdb(tmp_path / "data")
-    run("coda_sentiment", [
-        "fit", "--config", str(CONFIGS / "coda_sentiment" / "smoke.yaml"),
-        "--config", str(CONFIGS / "coda_sentiment" / "smoke" / "imdb.yaml"),
-        f"--data.data_dir={data}", "--model.attention=coda", "--run.group=e2e",
-        "--run.name=imdb", "--run.test_after_fit=true"], env)
-    run_dir = tmp_path / "runs" / "coda_sentiment" / "e2e" / "imdb"
+def test_coda_sentiment_grid_on_both_datasets(env, tmp_path):
+    # SST: the shared GLUE SST-2 copy (run when it is there); IMDb: the synthetic fixture
+    sst = (shared_data_dir() / "sst2_glue" / "glue_sst2_train.part90.tsv").exists()
+    cells = ["imdb-coda"] + (["sst-transformer"] if sst else [])
+    out = run("coda_sentiment", ["grid", "table5", "--smoke", "--cells", *cells, "--jobs", "2"],
+              env)
+    group = tmp_path / "runs" / "coda_sentiment" / "table5-smoke"
+    if sst:
+        assert "done sst-transformer seed 0" in out
+        config = yaml.safe_load((group / "sst-transformer-seed0" / "config.yaml").read_text())
+        assert config["data"]["class_path"] == "datamodules.sst.SSTDataModule"
+        assert config["data"]["init_args"]["format"] == "glue"
+        assert config["model"]["attention"]["class_path"].endswith("softmax")
+        values = last_values(group / "sst-transformer-seed0" / "metrics.csv")
+        assert 0 <= values["test/accuracy"] <= 1
+    run_dir = group / "imdb-coda-seed0"
     values = last_values(run_dir / "metrics.csv")
     assert {"train/loss", "train/accuracy", "val/accuracy", "test/accuracy"} <= set(values)
     assert 0 <= values["test/accuracy"] <= 1
     assert list((run_dir / "checkpoints").glob("epoch=*-step=10.ckpt"))  # mid-training
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["data"]["class_path"] == "datamodules.imdb.IMDbDataModule"
+    assert config["data"]["init_args"]["data_dir"] == "tests/fixtures/aclImdb"
     assert config["data"]["init_args"]["tokenization"] == "bpe"
     assert config["model"]["attention"]["class_path"].endswith("coda")
     # the parameter count reaches the CSV logger's hparams and the W&B config, and is right
@@ -135,20 +110,15 @@ def test_dwin_classification_fit_on_the_linzen_files(env, tmp_path):
     assert config["model"]["attention"]["init_args"]["variant"] == "aw"
 
 
-def test_dwin_lm_fit_and_its_perplexity_report(env, tmp_path):
-    data = write_lm1b(tmp_path / "data")
-    run("dwin_lm", [
-        "fit", "--config", str(CONFIGS / "dwin_lm" / "smoke.yaml"), f"--data.data_dir={data}",
-        "--model.attention=window", "--model.attention.variant=mw",
-        "--run.group=table6-smoke", "--run.name=window-mw-seed0", "--run.test_after_fit=true"],
-        env)
+def test_dwin_lm_cell_and_its_perplexity_report(env, tmp_path):
+    run("dwin_lm", ["grid", "table6", "--smoke", "--cells", "window-mw"], env)
     run_dir = tmp_path / "runs" / "dwin_lm" / "table6-smoke" / "window-mw-seed0"
     values = last_values(run_dir / "metrics.csv")
     # both token-weighted over the split: perplexity = exp(loss)
     assert values["val/perplexity"] == pytest.approx(math.exp(values["val/loss"]), rel=1e-4)
     assert values["test/perplexity"] == pytest.approx(math.exp(values["test/loss"]), rel=1e-4)
     vocab_size = yaml.safe_load((run_dir / "hparams.yaml").read_text())["vocab_size"]
-    assert vocab_size == 4 + 15  # specials and the 15 words
+    assert vocab_size == 4 + 15  # specials and the 15 words of the synthetic fixture
     assert values["test/perplexity"] < vocab_size  # learnt something: below uniform
     assert wandb_config(run_dir)["attention/decoder"] == "window(variant=mw)"
     report = run("dwin_lm", ["report", "table6", "--smoke"], env)
@@ -157,35 +127,41 @@ def test_dwin_lm_fit_and_its_perplexity_report(env, tmp_path):
     assert "| softmax | 46.37 | not run |" in report
 
 
-def test_grid_of_two_sst_cells_and_report(env, tmp_path):
+def test_grid_of_an_sst_and_an_imdb_cell_and_report(env, tmp_path):
     shared_path("sst_ptb/train.txt")
     out = run("dwin_classification", ["grid", "table5", "--smoke", "--cells", "sst-relative",
-                                      "sst-window-aw", "--jobs", "2"], env)
-    assert "done sst-relative seed 0" in out and "done sst-window-aw seed 0" in out
+                                      "imdb-window-aw", "--jobs", "2"], env)
+    assert "done sst-relative seed 0" in out and "done imdb-window-aw seed 0" in out
     group = tmp_path / "runs" / "dwin_classification" / "table5-smoke"
     configs = {c: yaml.safe_load((group / f"{c}-seed0" / "config.yaml").read_text())
-               for c in ("sst-relative", "sst-window-aw")}
-    for config in configs.values():  # the cell's dataset config was merged
-        assert config["data"]["class_path"] == "datamodules.sst.SSTDataModule"
-        assert config["data"]["init_args"]["max_train_examples"] == 512
+               for c in ("sst-relative", "imdb-window-aw")}
+    # each cell merged its dataset's config
+    sst, imdb = configs["sst-relative"]["data"], configs["imdb-window-aw"]["data"]
+    assert sst["class_path"] == "datamodules.sst.SSTDataModule"
+    assert sst["init_args"]["format"] == "ptb" and sst["init_args"]["max_train_examples"] == 512
+    assert imdb["class_path"] == "datamodules.imdb.IMDbDataModule"
+    assert imdb["init_args"]["data_dir"] == "tests/fixtures/aclImdb"
     assert configs["sst-relative"]["model"]["attention_layers"] is None  # Shaw: every layer
-    assert configs["sst-window-aw"]["model"]["attention_layers"] == 1  # window: layer 1
+    assert configs["imdb-window-aw"]["model"]["attention_layers"] == 1  # window: layer 1
     report = run("dwin_classification", ["report", "table5", "--smoke"], env)
-    for cell, paper in (("sst-relative", "79.73"), ("sst-window-aw", "82.13")):
+    for cell, paper in (("sst-relative", "79.73"), ("imdb-window-aw", "87.98")):
         ours = 100 * last_values(group / f"{cell}-seed0" / "metrics.csv")["test/accuracy"]
         assert f"| {cell} | {paper} | {ours:.2f} ± 0.00 (n=1) |" in report
     assert "| sva-window-aw | 96.19 | not run |" in report
+    assert "| sst-window-aw | 82.13 | not run |" in report
 
 
-def test_cell_commands_merge_the_dataset_config_of_the_grid_config(env):
-    out = run("coda_sentiment", ["grid", "table5", "--smoke", "--dry-run", "--cells",
-                                 "imdb-coda"], env)
+def test_cell_commands_merge_the_dataset_config_of_the_grid_config(capsys):
+    coda_sentiment.EXPERIMENT.main(["grid", "table5", "--smoke", "--dry-run", "--cells",
+                                    "imdb-coda"])
     smoke = CONFIGS / "coda_sentiment" / "smoke"
+    out = capsys.readouterr().out
     assert f"--config {smoke}.yaml --config={smoke}/imdb.yaml --model.attention=coda" in out
-    out = run("coda_sentiment", ["grid", "table5", "--dry-run", "--cells", "sst-transformer"],
-              env)
+    coda_sentiment.EXPERIMENT.main(["grid", "table5", "--dry-run", "--cells",
+                                    "sst-transformer"])
     paper = CONFIGS / "coda_sentiment" / "paper"
-    assert f"--config={paper}/sst.yaml --model.attention=softmax" in out
+    out = capsys.readouterr().out
+    assert f"--config {paper}.yaml --config={paper}/sst.yaml --model.attention=softmax" in out
 
 
 def test_lm_sweep_minimises_perplexity(env, tmp_path):
