@@ -117,7 +117,8 @@ class AlignmentCore(nn.Module):
 
     forward(a (B,La,D), b (B,Lb,D), mask_a (B,La), mask_b (B,Lb), *,
             value_a (B,La,Dv) | None, value_b (B,Lb,Dv) | None)
-        -> Alignment(a_aligned (B,La,Dv), b_aligned (B,Lb,Dv), weights_a (B,La,Lb), weights_b (B,La,Lb))
+        -> Alignment(a_aligned (B,La,Dv), b_aligned (B,Lb,Dv),
+                     weights_a (B,La,Lb), weights_b (B,La,Lb))
 
     ``a``/``b`` are the features the scores are computed from (F(a), F(b) in DecompAtt);
     the values pooled default to ``a``/``b``.  ``a_aligned[i]`` pools ``value_b`` for a_i

@@ -20,7 +20,8 @@ def shared_path(relative: str) -> Path:
     """A file or folder of ../shared/data, or skip the test saying what is missing."""
     path = shared_data_dir() / relative
     if not path.exists():
-        pytest.skip(f"real data not available: {path} (tests read ../shared/data beside the project)")
+        pytest.skip(f"real data not available: {path} "
+                    "(tests read ../shared/data beside the project)")
     return path
 
 

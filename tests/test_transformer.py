@@ -24,7 +24,8 @@ def test_attention_flags_reach_each_module():
     m = small_model(attention=build("coda"), cross_attention=build("softmax"),
                     attention_layers=1)
     enc, dec = m.encoder.layers, m.decoder.layers
-    assert enc[0].self_attn.mechanism.name == "coda" and enc[1].self_attn.mechanism.name == "softmax"
+    assert enc[0].self_attn.mechanism.name == "coda"
+    assert enc[1].self_attn.mechanism.name == "softmax"
     assert dec[0].self_attn.mechanism.name == "coda"
     assert dec[0].cross_attn.mechanism.name == "softmax"
     assert m.mechanisms["encoder"].tag() == "coda"
@@ -86,7 +87,8 @@ def test_exact_match_counts_whole_sequences():
     mask = target != 0
     pred = torch.tensor([[5, 6, 3, 9], [5, 4, 3, 3], [7, 7, 7, 3]])
     metric.update(pred, target, mask)
-    metric.update(torch.tensor([[5, 6]]), torch.tensor([[5, 6, 3]]), torch.tensor([[1, 1, 1]]).bool())
+    metric.update(torch.tensor([[5, 6]]), torch.tensor([[5, 6, 3]]),
+                  torch.tensor([[1, 1, 1]]).bool())
     assert metric.compute().item() == pytest.approx(2 / 4)
 
 

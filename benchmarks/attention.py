@@ -1,0 +1,475 @@
+"""Speed and peak memory of every registered attention mechanism in every context it supports.
+
+    python -m benchmarks.attention --json                     # one JSON object per line
+    python -m benchmarks.attention --markdown benchmarks/README.md
+    python -m benchmarks.attention --quick --mechanisms softmax,coda --json   # smoke test
+
+Options: --lengths, --mechanisms, --contexts, --threads, --warmup, --repeats, --wait-quiet,
+--timeout, --quick (tiny sizes, one repeat, in-process), --markdown PATH.  Each JSON row has
+mechanism, context, B, H, L, d (and T), baseline, fwd_bwd_ms, fwd_ms, peak_mb, alloc_peak_mb,
+ratio_time_vs_softmax, ratio_mem_vs_softmax, ratio_alloc_vs_softmax (the ratios are against
+``baseline``) and others_cpu; a case that failed has ``error`` instead of the numbers.
+
+Cases (no padding, default options of each mechanism, float32):
+
+- ``multihead``: the per-head core (context 1) on q, k, v (B, H, L, d), self-attention,
+  B=8, H=8, d=64, L in --lengths (128, 256, 512, 1024); baseline softmax (SDPA).
+- ``alignment``: pairwise alignment (context 2) of a (B, L, D) and b (B, L, D), both pooled
+  directions, DecompAtt size B=32, L=50, D=200; baseline softmax.
+- ``decoder``: decoder attention (context 3), all T steps at once (teacher forcing), B=32,
+  N=L=50 source positions, T=50, D=256; baseline ``additive`` (Bahdanau) when registered.
+- ``decoder_step``: the same, one step at a time after ``precompute`` (what beam search and
+  input-feeding decoders pay); times are per step, i.e. (precompute + T steps) / T.
+
+Every number is forward + backward (``fwd_ms``: forward alone under no_grad) of the
+mechanism's core including its own parameters, for a fixed random cotangent.
+
+Method.  Each case runs in a fresh Python subprocess (``--isolate``, the default; ``--quick``
+measures in-process, where a case's malloc settings carry over to the next) with
+``torch.set_num_threads`` fixed.  After ``--warmup`` runs (which also trigger any
+torch.compile), the median of ``--repeats`` timed runs is reported.  Then two memory
+measurements of one more forward + backward each.  ``peak_mb``: torch has no CPU allocator
+statistics, so the harness makes glibc return every block above 64 KiB to the kernel on free
+(``mallopt(M_MMAP_THRESHOLD)``, then ``malloc_trim``), resets the kernel's resident-set
+high-water mark (``/proc/self/clear_refs`` = 5), reads the resident set size just before the
+step and reports ``VmHWM - VmRSS_before``: every page the step touched beyond the live
+inputs, parameters and modules (outputs, gradients, saved activations, temporaries, kernel
+workspaces, thread stacks).  ``alloc_peak_mb``: the peak of the bytes held by torch tensors
+during the step beyond those held before it, from ``torch.profiler``'s memory timeline (what
+``max_memory_allocated`` would say on a GPU).  Ratios divide by the baseline of the same
+context and sizes measured in the same run.  The machine's load average is printed with the
+results, and each row's ``others_cpu`` is the fraction of the machine's CPU time that other
+processes used while it was measured; before each case the harness waits (``--wait-quiet``,
+up to 60 s) for a second in which they leave ``--threads`` cores idle: timings of a shared
+machine are only as good as its quiet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+CONTEXT_ORDER = ("multihead", "alignment", "decoder", "decoder_step")
+FULL = dict(lengths=(128, 256, 512, 1024), multihead=dict(B=8, H=8, d=64),
+            alignment=dict(B=32, H=1, L=50, d=200), decoder=dict(B=32, H=1, L=50, d=256, T=50))
+QUICK = dict(lengths=(8, 16), multihead=dict(B=2, H=2, d=8),
+             alignment=dict(B=2, H=1, L=6, d=8), decoder=dict(B=2, H=1, L=6, d=8, T=4))
+
+
+# -- one case -------------------------------------------------------------------------------
+def _case_runner(case: dict) -> tuple[Callable[[], None], Callable[[], None], int]:
+    """(forward + backward, forward under no_grad, number of steps the time is divided by)."""
+    from attention import REGISTRY
+
+    gen = torch.Generator().manual_seed(0)
+
+    def randn(*shape, grad=True):
+        return torch.randn(*shape, generator=gen).requires_grad_(grad)
+
+    mech = REGISTRY[case["mechanism"]]()
+    b, h, length, d = case["B"], case["H"], case["L"], case["d"]
+    context = case["context"]
+    if context == "multihead":
+        core = mech.multihead(d_model=h * d, n_heads=h, dropout=0.0, self_attention=True)
+        q, k, v = (randn(b, h, length, d) for _ in range(3))
+        x = randn(b, length, h * d)  # un-projected input, for mechanisms with projections
+
+        def forward():
+            return [core(q, k, v, key_mask=None, causal=False, need_weights=False,
+                         query_input=x, key_input=x)[0]]
+        inputs = [q, k, v, x]
+        steps = 1
+    elif context == "alignment":
+        core = mech.alignment(dim=d)
+        a, bb = randn(b, length, d), randn(b, length, d)
+
+        def forward():
+            out = core(a, bb, None, None)
+            return [out.a_aligned, out.b_aligned]
+        inputs = [a, bb]
+        steps = 1
+    elif context in ("decoder", "decoder_step"):
+        core = mech.decoder(query_dim=d, memory_dim=d)
+        t = case["T"]
+        mem, s = randn(b, length, d), randn(b, t, d)
+        if context == "decoder":
+            def forward():
+                return [core(s, core.precompute(mem, None))[0]]
+            steps = 1
+        else:
+            def forward():
+                memory = core.precompute(mem, None)
+                return [torch.stack([core.step(s[:, i], memory)[0] for i in range(t)], 1)]
+            steps = t
+        inputs = [mem, s]
+    else:
+        raise ValueError(f"unknown benchmark context {context!r}; expected one of "
+                         f"{CONTEXT_ORDER}")
+    params = list(core.parameters())
+    with torch.no_grad():
+        cotangents = [torch.randn(o.shape, generator=gen) for o in forward()]
+
+    def fwd_bwd():
+        for p in inputs + params:
+            p.grad = None
+        torch.autograd.backward(forward(), cotangents)
+
+    def fwd():
+        with torch.no_grad():
+            forward()
+    return fwd_bwd, fwd, steps
+
+
+def _proc_status() -> dict[str, int] | None:
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    return {k: int(v) for k, v in re.findall(r"(Vm\w+):\s+(\d+) kB", text)}
+
+
+def _peak_rss_mb(fn: Callable[[], None]) -> float | None:
+    """Resident memory the call adds at its peak (MiB), see the module docstring; None where
+    /proc/self/clear_refs is not available (not Linux)."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, 1 << 16)  # M_MMAP_THRESHOLD: blocks > 64 KiB go back to the OS on free
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to VmRSS
+    except OSError:
+        return None
+    before = _proc_status()["VmRSS"]
+    fn()
+    return (_proc_status()["VmHWM"] - before) / 1024
+
+
+def _peak_alloc_mb(fn: Callable[[], None]) -> float | None:
+    """Peak of the bytes held by torch tensors during the call beyond those held before it
+    (MiB), from the profiler's memory timeline."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "timeline.json"
+        try:
+            with torch.profiler.profile(profile_memory=True, record_shapes=True,
+                                        with_stack=True) as prof:
+                fn()
+            prof.export_memory_timeline(str(path), device="cpu")
+            _, sizes = json.loads(path.read_text())
+        except (RuntimeError, ValueError, OSError):
+            return None
+    totals = [sum(s) for s in sizes]
+    return (max(totals) - totals[0]) / 2**20 if totals else None
+
+
+def _median_ms(fn: Callable[[], None], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def measure(case: dict, warmup: int, repeats: int, threads: int) -> dict:
+    """Time and peak memory of one case, in this process (memory last: it changes malloc's
+    settings)."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    fwd_bwd, fwd, steps = _case_runner(case)
+    for _ in range(warmup):
+        fwd_bwd()
+        fwd()
+    row = {**case, "fwd_bwd_ms": _median_ms(fwd_bwd, repeats) / steps,
+           "fwd_ms": _median_ms(fwd, repeats) / steps}
+    row["peak_mb"] = _peak_rss_mb(fwd_bwd)
+    row["alloc_peak_mb"] = _peak_alloc_mb(fwd_bwd)
+    return row
+
+
+def measure_isolated(case: dict, warmup: int, repeats: int, threads: int,
+                     timeout: float) -> dict:
+    """``measure`` in a fresh subprocess, so no case inherits another's memory or caches."""
+    cmd = [sys.executable, "-m", "benchmarks.attention", "--case", json.dumps(case),
+           "--warmup", str(warmup), "--repeats", str(repeats), "--threads", str(threads)]
+    root = Path(__file__).resolve().parents[1]
+    try:
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**case, "error": f"timed out after {timeout:.0f} s", "timed_out": True}
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        return {**case, "error": lines[-1] if lines else f"exit code {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- the grid -------------------------------------------------------------------------------
+def cases(mechanisms: list[str], lengths: tuple[int, ...], sizes: dict,
+          contexts: tuple[str, ...] = CONTEXT_ORDER) -> Iterator[dict]:
+    """Every (mechanism, context, size) to measure, each size's baseline first."""
+    from attention import REGISTRY
+
+    def plan(context: str, baseline: str, size: dict) -> Iterator[dict]:
+        if context not in contexts:
+            return
+        names = [baseline] + [m for m in mechanisms if m != baseline]
+        ctx = "decoder" if context == "decoder_step" else context
+        for name in names:
+            if REGISTRY[name]().supports(ctx):
+                yield {"mechanism": name, "context": context, "baseline": baseline, **size}
+
+    for length in lengths:
+        yield from plan("multihead", "softmax", {**sizes["multihead"], "L": length})
+    yield from plan("alignment", "softmax", sizes["alignment"])
+    decoder_baseline = "additive" if "additive" in REGISTRY else "softmax"
+    for context in ("decoder", "decoder_step"):
+        yield from plan(context, decoder_baseline, sizes["decoder"])
+
+
+def run(mechanisms: list[str], lengths: tuple[int, ...], sizes: dict, *, isolate: bool,
+        warmup: int, repeats: int, threads: int, contexts: tuple[str, ...] = CONTEXT_ORDER,
+        wait_quiet: float = 0.0, timeout: float = 1800.0) -> Iterator[dict]:
+    """Measure every case; yields rows with the ratios against the baseline of their group."""
+    baselines: dict[tuple, dict] = {}
+    for case in cases(mechanisms, lengths, sizes, contexts):
+        if wait_quiet > 0:
+            _wait_quiet(wait_quiet, threads)
+        with _OtherLoad(isolate) as load:
+            row = (measure_isolated(case, warmup, repeats, threads, timeout) if isolate
+                   else _measure_or_error(case, warmup, repeats, threads))
+        row["others_cpu"] = load.fraction
+        group = (case["context"], case["B"], case["H"], case["L"], case["d"])
+        if case["mechanism"] == case["baseline"]:
+            baselines[group] = row
+        base = baselines.get(group, {})
+        row["ratio_time_vs_softmax"] = _ratio(row.get("fwd_bwd_ms"), base.get("fwd_bwd_ms"))
+        row["ratio_mem_vs_softmax"] = _ratio(row.get("peak_mb"), base.get("peak_mb"))
+        row["ratio_alloc_vs_softmax"] = _ratio(row.get("alloc_peak_mb"),
+                                               base.get("alloc_peak_mb"))
+        yield row
+
+
+def _cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat (Linux)."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # minus idle and iowait
+
+
+def _wait_quiet(max_wait: float, threads: int) -> None:
+    """Wait (at most ``max_wait`` s) for a second in which other processes leave ``threads``
+    cores idle (within a tenth of a core): on a shared machine, timings are only as good as
+    its quiet."""
+    cores = os.cpu_count() or 1
+    allowed = max(0.0, cores - threads) + 0.1  # cores other processes may keep busy
+    deadline = time.monotonic() + max_wait
+    while time.monotonic() < deadline:
+        before = _cpu_jiffies()
+        time.sleep(1.0)
+        after = _cpu_jiffies()
+        if before is None or after is None:
+            return
+        if cores * (after[0] - before[0]) / max(1, after[1] - before[1]) < allowed:
+            return
+
+
+class _OtherLoad:
+    """The fraction of the machine's CPU time used by other processes during a case:
+    all busy ticks minus this harness's own CPU time (its finished subprocesses when
+    ``children``)."""
+
+    def __init__(self, children: bool):
+        self.who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
+        self.fraction: float | None = None
+
+    def _ours(self) -> float:
+        usage = resource.getrusage(self.who)
+        return usage.ru_utime + usage.ru_stime
+
+    def __enter__(self):
+        self.start, self.ours = _cpu_jiffies(), self._ours()
+        return self
+
+    def __exit__(self, *exc):
+        end = _cpu_jiffies()
+        if self.start is not None and end is not None and end[1] > self.start[1]:
+            ours = (self._ours() - self.ours) * os.sysconf("SC_CLK_TCK")
+            busy = end[0] - self.start[0] - ours
+            self.fraction = round(max(0.0, busy / (end[1] - self.start[1])), 3)
+        return False
+
+
+def _measure_or_error(case, warmup, repeats, threads) -> dict:
+    try:
+        return measure(case, warmup, repeats, threads)
+    except Exception as err:  # noqa: BLE001 - a failing mechanism is reported, not fatal
+        return {**case, "error": f"{type(err).__name__}: {err}"}
+
+
+def _ratio(x: float | None, base: float | None) -> float | None:
+    if x is None or base is None:
+        return None
+    if x == base:  # the baseline itself
+        return 1.0
+    return x / base if base > 0 else None
+
+
+# -- output ---------------------------------------------------------------------------------
+def machine() -> dict:
+    model = platform.processor() or platform.machine()
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        model = re.search(r"Model name:\s*(.+)", out).group(1).strip()
+    except (OSError, subprocess.CalledProcessError, AttributeError):
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__,
+            "python": platform.python_version()}
+
+
+def markdown(rows: list[dict], command: str, threads: int, load: tuple[str, str]) -> str:
+    info = machine()
+    method = __doc__[__doc__.index("Cases"):].strip()
+    lines = [
+        "# Attention benchmark", "",
+        f"Generated by `{command}` on {datetime.date.today().isoformat()}.", "",
+        f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']}, python "
+        f"{info['python']}, `torch.set_num_threads({threads})`, float32, CPU.  Load average "
+        f"(1 min) {load[0]} before the run, {load[1]} after.", "",
+        "## Method", "", method, "",
+    ]
+    for context in CONTEXT_ORDER:
+        group = [r for r in rows if r["context"] == context]
+        if not group:
+            continue
+        r0 = group[0]
+        sizes = (f"B={r0['B']}, H={r0['H']}, d={r0['d']}" if context == "multihead" else
+                 f"B={r0['B']}, L={r0['L']}, D={r0['d']}" + (f", T={r0['T']}" if "T" in r0
+                                                              else ""))
+        unit = "ms/step" if context == "decoder_step" else "ms"
+        lines += [f"## {context} ({sizes}; ratios against {r0['baseline']})", "",
+                  f"| mechanism | L | fwd+bwd {unit} | fwd {unit} | peak MB | alloc MB | "
+                  "time ratio | memory ratio | alloc ratio | others' CPU |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in group:
+            if "error" in r:
+                lines.append(f"| {r['mechanism']} | {r['L']} | failed: {r['error']} "
+                             "| | | | | | | |")
+                continue
+            lines.append(" | ".join([
+                f"| {r['mechanism']}", str(r["L"]), _fmt(r["fwd_bwd_ms"]), _fmt(r["fwd_ms"]),
+                _fmt(r["peak_mb"]), _fmt(r.get("alloc_peak_mb")),
+                _fmt(r["ratio_time_vs_softmax"], 2), _fmt(r["ratio_mem_vs_softmax"], 2),
+                _fmt(r.get("ratio_alloc_vs_softmax"), 2), _pct(r.get("others_cpu"))]) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _load() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "n/a"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from attention import REGISTRY
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print one JSON object per line")
+    parser.add_argument("--markdown", metavar="PATH", help="write a markdown report to PATH")
+    parser.add_argument("--mechanisms", help="comma-separated names (default: all registered)")
+    parser.add_argument("--lengths", help="comma-separated multihead lengths "
+                                          "(default 128,256,512,1024; quick 8,16)")
+    parser.add_argument("--contexts", default=",".join(CONTEXT_ORDER),
+                        help=f"comma-separated subset of {','.join(CONTEXT_ORDER)}")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes, one repeat, measured in-process (a smoke test)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--warmup", type=int, default=None, help="default 2 (quick 1)")
+    parser.add_argument("--repeats", type=int, default=None, help="default 5 (quick 1)")
+    parser.add_argument("--wait-quiet", type=float, default=None, metavar="SECONDS",
+                        help="before each case wait up to SECONDS for other processes to leave "
+                             "the CPUs idle (default 60; quick 0)")
+    parser.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
+                        help="give up on an isolated case after SECONDS (reported, not fatal)")
+    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                        help="one subprocess per case (default; --quick: in-process)")
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: measure one JSON case
+    args = parser.parse_args(argv)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 5)
+    if args.case:
+        print(json.dumps(measure(json.loads(args.case), warmup, repeats, args.threads)))
+        return 0
+    names = list(REGISTRY) if not args.mechanisms else args.mechanisms.split(",")
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        parser.error(f"unknown mechanism(s) {', '.join(unknown)}; registered: "
+                     f"{', '.join(REGISTRY)}")
+    sizes = QUICK if args.quick else FULL
+    lengths = sizes["lengths"]
+    if args.lengths:
+        try:
+            lengths = tuple(int(x) for x in args.lengths.split(","))
+        except ValueError:
+            parser.error(f"--lengths expects comma-separated integers, got {args.lengths!r}")
+    contexts = tuple(args.contexts.split(","))
+    if not set(contexts) <= set(CONTEXT_ORDER):
+        parser.error(f"--contexts expects a subset of {','.join(CONTEXT_ORDER)}, got "
+                     f"{args.contexts!r}")
+    isolate = (not args.quick) if args.isolate is None else args.isolate
+    rows, load_before = [], _load()
+    for row in run(names, lengths, sizes, isolate=isolate, warmup=warmup, repeats=repeats,
+                   threads=args.threads, contexts=contexts, timeout=args.timeout,
+                   wait_quiet=args.wait_quiet if args.wait_quiet is not None
+                   else (0.0 if args.quick else 60.0)):
+        rows.append(row)
+        if args.json:
+            print(json.dumps(row), flush=True)
+        elif not args.markdown:
+            print(f"{row['mechanism']:>10} {row['context']:>12} L={row['L']:<5} "
+                  + (f"failed: {row['error']}" if "error" in row else
+                     f"{_fmt(row['fwd_bwd_ms'])} ms  {_fmt(row['peak_mb'])} MB  "
+                     f"x{_fmt(row['ratio_time_vs_softmax'], 2)} time  "
+                     f"x{_fmt(row['ratio_mem_vs_softmax'], 2)} memory"), flush=True)
+    if args.markdown:
+        command = "python -m benchmarks.attention " + " ".join(argv if argv is not None
+                                                                else sys.argv[1:])
+        Path(args.markdown).write_text(markdown(rows, command, args.threads,
+                                                (load_before, _load())))
+    failed = [r for r in rows if "error" in r]
+    for r in failed:
+        print(f"benchmark failed: {r['mechanism']} {r['context']} L={r['L']}: {r['error']}",
+              file=sys.stderr)
+    return 1 if any(not r.get("timed_out") for r in failed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

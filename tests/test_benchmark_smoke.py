@@ -1,0 +1,82 @@
+"""The benchmark harness on tiny sizes: every row has the documented keys, the baselines'
+ratios are exactly 1, and the markdown report is written (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = {"mechanism", "context", "B", "H", "L", "d", "fwd_bwd_ms", "peak_mb",
+        "ratio_time_vs_softmax", "ratio_mem_vs_softmax"}
+
+
+def run_harness(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ATTNREPRO_COMPILE": "0"}  # CoDA's kernels eagerly: no compile time
+    return subprocess.run([sys.executable, "-m", "benchmarks.attention", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    report = tmp_path_factory.mktemp("bench") / "README.md"
+    proc = run_harness("--quick", "--json", "--mechanisms", "softmax,coda",
+                       "--markdown", str(report))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads(line) for line in proc.stdout.splitlines()], report
+
+
+def test_rows_have_the_keys_and_every_context(quick):
+    rows, _ = quick
+    for row in rows:
+        assert KEYS <= row.keys(), row
+        assert row["fwd_bwd_ms"] > 0 and row["peak_mb"] is not None and "others_cpu" in row
+    seen = {(r["mechanism"], r["context"]) for r in rows}
+    for context in ("multihead", "alignment", "decoder", "decoder_step"):
+        assert {("softmax", context), ("coda", context)} <= seen
+    assert sorted({r["L"] for r in rows if r["context"] == "multihead"}) == [8, 16]
+
+
+def test_baselines_have_ratio_one(quick):
+    rows, _ = quick
+    softmax = [r for r in rows if r["mechanism"] == "softmax" and r["context"] in
+               ("multihead", "alignment")]
+    assert len(softmax) == 3
+    for row in softmax + [r for r in rows if r["mechanism"] == r["baseline"]]:
+        assert row["ratio_time_vs_softmax"] == 1.0 and row["ratio_mem_vs_softmax"] == 1.0
+    coda = next(r for r in rows if r["mechanism"] == "coda" and r["context"] == "multihead")
+    base = next(r for r in softmax if r["L"] == coda["L"])
+    assert coda["ratio_time_vs_softmax"] == pytest.approx(coda["fwd_bwd_ms"] / base["fwd_bwd_ms"])
+
+
+def test_markdown_report(quick):
+    _, report = quick
+    text = report.read_text()
+    assert "## Method" in text and "VmHWM" in text and "torch" in text
+    assert "| coda | 8 |" in text and "## decoder_step" in text
+
+
+def test_one_isolated_case():
+    proc = run_harness("--quick", "--json", "--isolate", "--mechanisms", "softmax",
+                       "--lengths", "4", "--contexts", "multihead")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert row["context"] == "multihead" and row["L"] == 4 and row["peak_mb"] is not None
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--mechanisms", "nonesuch"], "unknown mechanism"),
+    (["--lengths", "8,x"], "--lengths"),
+    (["--contexts", "multihead,nowhere"], "--contexts"),
+])
+def test_bad_arguments_are_named(capsys, args, message):
+    from benchmarks.attention import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quick", *args])
+    assert exit_info.value.code != 0 and message in capsys.readouterr().err

@@ -1,0 +1,369 @@
+"""CoDA (Tay et al. 2019) against the paper's formulas written out by broadcasting: every
+option, masks and centering over the valid entries, batching, gradients, the memory-bounded
+L1 term, and the mechanism in its three contexts."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import math
+
+import pytest
+import torch
+
+from attention import MultiHeadAttention, build
+from attention.functional import coda as coda_fn
+from attention.functional import l1_distance
+from attention.masking import causal_mask
+
+impl = importlib.import_module("attention.coda")
+DT = torch.float64
+E_FN = {"tanh": torch.tanh, "sigmoid": torch.sigmoid}
+N_FN = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "arctan": torch.atan,
+        "algebraic": lambda x: x / torch.sqrt(1 + x ** 2)}
+
+
+def naive_coda(q, k, v, mask=None, *, alpha=1.0, beta=1.0, scale=True, gate="plain",
+               center_e=False, e_fn="tanh", n_fn="sigmoid"):
+    """Eq. 1-7 / Eq. 10 by broadcasting (materialises (..., Lq, Lk, d)); centering by a hand
+    written masked mean; masked entries of M set to 0."""
+    s = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
+    e = alpha * s * (q[..., :, None, :] * k[..., None, :, :]).sum(-1)  # Eq. 1
+    n = -beta * s * (q[..., :, None, :] - k[..., None, :, :]).abs().sum(-1)  # Eq. 2
+    valid = torch.ones_like(e) if mask is None else mask.expand(e.shape).to(e.dtype)
+    count = valid.sum((-2, -1), keepdim=True).clamp(min=1)
+    if center_e:
+        e = e - (e * valid).sum((-2, -1), keepdim=True) / count  # Eq. 6
+    if gate == "centered":
+        n = n - (n * valid).sum((-2, -1), keepdim=True) / count  # Eq. 4
+    g = N_FN[n_fn](n) * (2 if gate == "scaled" else 1)  # Eq. 5
+    m = E_FN[e_fn](e) * g * valid  # Eq. 3
+    return m @ v, m
+
+
+def randn(*shape, generator, dtype=DT):
+    return torch.randn(*shape, generator=generator, dtype=dtype, requires_grad=True)
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    """Run the block kernels eagerly: the same expressions, no compile time per option."""
+    monkeypatch.setattr(impl, "COMPILE", False)
+
+
+def compare(q, k, v, mask=None, atol=1e-10, rtol=1e-7, **options):
+    """Values of M v and M and the gradients of a random cotangent of both, fast vs naive."""
+    g = torch.Generator().manual_seed(7)
+    out, m = coda_fn(q, k, v, mask, **options)
+    ref_out, ref_m = naive_coda(q.double(), k.double(), v.double(), mask, **options)
+    torch.testing.assert_close(out.double(), ref_out, atol=atol, rtol=rtol)
+    torch.testing.assert_close(m.double(), ref_m, atol=atol, rtol=rtol)
+    c_out = torch.randn(out.shape, generator=g, dtype=DT)
+    c_m = torch.randn(m.shape, generator=g, dtype=DT)
+    grads = torch.autograd.grad((out * c_out.to(out.dtype)).sum() + (m * c_m.to(m.dtype)).sum(),
+                                (q, k, v))
+    ref = torch.autograd.grad((ref_out * c_out).sum() + (ref_m * c_m).sum(), (q, k, v))
+    for name, a, b in zip("qkv", grads, ref):
+        torch.testing.assert_close(a.double(), b.double(), atol=atol, rtol=rtol,
+                                   msg=lambda text, name=name: f"grad {name}: {text}")
+    return out, m
+
+
+# -- every option -----------------------------------------------------------------------------
+OPTION_GRID = [dict(gate=g, center_e=c, e_fn=e, n_fn=n) for g, c, e, n in itertools.product(
+    impl.GATES, (False, True), impl.E_FUNCTIONS, impl.N_FUNCTIONS)]
+
+
+@pytest.mark.parametrize("options", OPTION_GRID, ids=lambda o: "-".join(map(str, o.values())))
+def test_every_option_matches_the_paper_with_padding(eager, options):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = randn(2, 3, 5, 4, generator=g), randn(2, 3, 6, 4, generator=g), randn(
+        2, 3, 6, 3, generator=g)
+    key_mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    _, m = compare(q, k, v, key_mask[:, None, None, :], alpha=0.7, beta=1.3, **options)
+    assert torch.equal(m[1, :, :, 4:], torch.zeros(3, 5, 2, dtype=DT))  # masked: exactly 0
+
+
+@pytest.mark.parametrize("scale", [True, False])
+@pytest.mark.parametrize("alpha,beta", [(1.0, 1.0), (0.25, 2.0), (3.0, 0.0)])
+def test_scale_alpha_beta(eager, scale, alpha, beta):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (randn(3, 5, 8, generator=g) for _ in range(3))
+    compare(q, k, v, scale=scale, alpha=alpha, beta=beta, gate="centered", center_e=True)
+
+
+def test_options_change_the_result(eager):
+    """The options are not ignored: each one moves M (the tests above could otherwise pass
+    with a naive formula that shares the same bug)."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (randn(2, 4, 3, generator=g) for _ in range(3))
+    base = coda_fn(q, k, v)[1]
+    for options in (dict(scale=False), dict(alpha=2.0), dict(beta=0.5), dict(gate="centered"),
+                    dict(gate="scaled"), dict(center_e=True), dict(e_fn="sigmoid"),
+                    dict(n_fn="arctan")):
+        assert not torch.allclose(coda_fn(q, k, v, **options)[1], base), options
+    scaled = coda_fn(q, k, v, gate="scaled")[1]
+    torch.testing.assert_close(scaled, 2 * base)  # Eq. 5 doubles the gate
+
+
+# -- masks --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("gate,center_e", [("plain", False), ("centered", True),
+                                           ("scaled", True)])
+def test_causal_and_padding_masks_center_over_valid_entries(eager, gate, center_e):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (randn(2, 2, 6, 4, generator=g) for _ in range(3))
+    key_mask = torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    mask = key_mask[:, None, None, :] & causal_mask(6, 6)  # (2,1,6,6)
+    _, m = compare(q, k, v, mask, gate=gate, center_e=center_e)
+    assert (m.masked_select(~mask.expand(m.shape)) == 0).all()
+    # the centering mean counts only the valid entries: padded keys change nothing
+    k2 = k.detach().clone()
+    k2[1, :, 3:] = 100.0
+    torch.testing.assert_close(coda_fn(q, k2, v, mask, gate=gate, center_e=center_e)[1], m)
+
+
+def test_fully_masked_rows_are_zero_not_nan(eager):
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (randn(2, 3, 4, generator=g) for _ in range(3))
+    mask = torch.tensor([[1, 1, 1], [0, 0, 0]], dtype=torch.bool)[:, None, :]  # (2,1,3)
+    out, m = compare(q, k, v, mask, gate="centered", center_e=True)
+    assert torch.equal(out[1], torch.zeros(3, 4, dtype=DT)) and torch.isfinite(m).all()
+
+
+def test_batched_extra_dims_and_broadcasting(eager):
+    g = torch.Generator().manual_seed(5)
+    q = randn(2, 3, 2, 5, 4, generator=g)  # (B,H,X,Lq,d)
+    k = randn(2, 1, 2, 6, 4, generator=g)  # shared over H
+    v = randn(6, 3, generator=g)  # shared over everything
+    mask = torch.rand(2, 1, 1, 5, 6, generator=g) > 0.3
+    out, m = compare(q, k, v, mask, gate="centered", center_e=True)
+    assert out.shape == (2, 3, 2, 5, 3) and m.shape == (2, 3, 2, 5, 6)
+    compare(q, k, v, torch.rand(6, generator=g)[None, :] > 0.5)  # a (1, Lk) mask
+
+
+def test_blocks_of_rows_give_the_same_result(eager, monkeypatch):
+    """Several blocks of query rows equal one block."""
+    g = torch.Generator().manual_seed(6)
+    q, k, v = randn(3, 9, 4, generator=g), randn(3, 7, 4, generator=g), randn(3, 7, 2,
+                                                                              generator=g)
+    mask = torch.rand(3, 9, 7, generator=g) > 0.2
+    monkeypatch.setattr(impl, "BLOCK_BYTES", 3 * 7 * 8 * 2)  # 2 rows per block
+    compare(q, k, v, mask, gate="centered", center_e=True)
+
+
+def test_dropout_is_consistent_between_forward_and_backward(eager):
+    g = torch.Generator().manual_seed(8)
+    q, k, v = randn(2, 5, 3, generator=g), randn(2, 5, 3, generator=g), randn(2, 5, 5,
+                                                                             generator=g)
+    mask = torch.rand(2, 5, 5, generator=g) > 0.3
+
+    def fn(q, k, v):
+        torch.manual_seed(0)  # the dropout seed is drawn from the global generator
+        return impl._coda(q, k, v, mask, dropout=0.5, need_weights=False, gate="centered")[0]
+
+    out = fn(q, k, v)
+    _, m = naive_coda(q, k, v, mask, gate="centered")
+    kept = out.detach() @ torch.linalg.inv(v.detach())  # recover M * keep
+    ratio = kept[m.detach().abs() > 1e-6] / m.detach()[m.detach().abs() > 1e-6]
+    assert ((ratio - 2).abs() < 1e-6).sum() + (ratio.abs() < 1e-6).sum() == ratio.numel()
+    assert 0 < (ratio.abs() < 1e-6).sum() < ratio.numel()  # some entries dropped, not all
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+# -- gradients ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("options", [dict(), dict(gate="centered", center_e=True),
+                                     dict(gate="scaled", e_fn="sigmoid", n_fn="algebraic")])
+def test_gradcheck(eager, options):
+    g = torch.Generator().manual_seed(9)
+    q, k, v = randn(2, 3, 4, generator=g), randn(2, 4, 4, generator=g), randn(2, 4, 2,
+                                                                              generator=g)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)[:, None, :]
+    assert torch.autograd.gradcheck(lambda q, k, v: coda_fn(q, k, v, mask, **options), (q, k, v))
+
+
+# -- the L1 term ----------------------------------------------------------------------------------
+def naive_l1(q, k):
+    return (q[..., :, None, :] - k[..., None, :, :]).abs().sum(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("ties", [False, True])
+def test_l1_distance_values_and_gradients(eager, dtype, ties):
+    g = torch.Generator().manual_seed(10)
+    q, k = torch.randn(2, 5, 6, generator=g, dtype=dtype), torch.randn(2, 7, 6, generator=g,
+                                                                       dtype=dtype)
+    if ties:  # small integers: many q_it == k_jt, where sign(0) = 0 matters
+        q, k = q.mul(2).round(), k.mul(2).round()
+    q.requires_grad_(), k.requires_grad_()
+    w = torch.randn(2, 5, 7, generator=g, dtype=dtype)
+    d = l1_distance(q, k)
+    ref = naive_l1(q, k)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-12, rtol=0)
+    torch.testing.assert_close(d, ref, **tol)
+    for a, b in zip(torch.autograd.grad((d * w).sum(), (q, k)),
+                    torch.autograd.grad((ref * w).sum(), (q, k))):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_eager_path_never_allocates_the_broadcast(eager):
+    """No allocation the size of the (N, Lq, Lk, d) broadcast, forward or backward (torch.cdist
+    and its backward kernel when not compiled)."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (randn(4, 32, 16, generator=g) for _ in range(3))
+    broadcast = 4 * 32 * 32 * 16 * 8
+    with torch.profiler.profile(profile_memory=True) as prof:
+        out = impl._coda(q, k, v, need_weights=False)[0]
+        out.sum().backward()
+    largest = max(e.cpu_memory_usage for e in prof.events())
+    assert 0 < largest < broadcast / 8
+
+
+def test_a_failing_compiler_falls_back_with_a_warning(monkeypatch):
+    """No C++ compiler: one warning per kernel, then torch.cdist's kernels, still exact."""
+    def no_compiler(*args, **kwargs):
+        raise OSError("no C++ compiler")
+
+    monkeypatch.setattr(impl, "COMPILE", True)
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    for name, fresh in [("_l1", impl._L1Kernel(impl._l1_block, "nad,ndb->nab")),
+                        ("_l1_grads", impl._L1Kernel(impl._l1_grads_block, "nab,nad,nbd->nad,nbd")),
+                        ("_forward_kernel", impl._Compiled(impl._forward_block)),
+                        ("_backward_kernel", impl._Compiled(impl._backward_block))]:
+        monkeypatch.setattr(impl, name, fresh)
+    g = torch.Generator().manual_seed(17)
+    q, k, v = (randn(2, 5, 4, generator=g) for _ in range(3))
+    with pytest.warns(UserWarning, match="torch.compile of .* failed"):
+        compare(q, k, v, gate="centered")
+    assert impl._l1.failed and impl._backward_kernel.failed
+
+
+# -- the compiled kernels (float32, as trained) ------------------------------------------------
+def test_compiled_kernels_match_the_paper():
+    """The torch.compile'd path (the one training uses): values and gradients in float32,
+    with and without ties, and without any allocation the size of the broadcast."""
+    if not impl.COMPILE:
+        pytest.skip("ATTNREPRO_COMPILE=0")
+    g = torch.Generator().manual_seed(12)
+    q, k, v = (randn(2, 3, 9, 8, generator=g, dtype=torch.float32) for _ in range(3))
+    mask = torch.rand(2, 1, 9, 9, generator=g) > 0.2
+    compare(q, k, v, mask, atol=2e-5, rtol=1e-4)
+    assert not any(kernel.failed for kernel in (impl._l1, impl._l1_grads, impl._forward_kernel,
+                                                impl._backward_kernel))
+    qt, kt = (torch.randint(-2, 3, (2, 3, 9, 8), generator=g).float().requires_grad_()
+              for _ in range(2))
+    compare(qt, kt, v, mask, atol=2e-5, rtol=1e-4)  # ties: sign(0) = 0
+    broadcast = 2 * 3 * 9 * 9 * 8 * 4
+    with torch.profiler.profile(profile_memory=True) as prof:
+        out = impl._coda(q, k, v, need_weights=False)[0]
+        out.sum().backward()
+    assert max(e.cpu_memory_usage for e in prof.events()) < broadcast
+
+
+def test_compiled_kernels_serve_every_shape_without_recompiling():
+    """Sizes of 1 (a decoder step, one head) are padded: no graph per shape."""
+    if not impl.COMPILE:
+        pytest.skip("ATTNREPRO_COMPILE=0")
+    g = torch.Generator().manual_seed(13)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for shape_q, shape_k in [((3, 5, 4), (3, 6, 4)), ((1, 1, 4), (1, 6, 4)),
+                             ((2, 1, 1), (2, 1, 1)), ((1, 3, 4), (1, 1, 4)),
+                             ((3, 2, 1), (3, 5, 1)), ((4, 7, 3), (4, 2, 3))]:
+        q, k = torch.randn(*shape_q, generator=g), torch.randn(*shape_k, generator=g)
+        torch.testing.assert_close(l1_distance(q, k), naive_l1(q, k))
+    # the first float32 graph and at most one generalisation of it, not one per shape
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs <= 2
+
+
+# -- the three contexts -------------------------------------------------------------------------
+def heads(x, h):
+    b, n, d = x.shape
+    return x.view(b, n, h, d // h).transpose(1, 2)
+
+
+@pytest.mark.parametrize("kind", ["self", "cross", "causal"])
+def test_multihead_attention(eager, kind):
+    g = torch.Generator().manual_seed(14)
+    mha = MultiHeadAttention(8, 2, build("coda", gate="centered")).double()
+    x = torch.randn(2, 5, 8, generator=g, dtype=DT)
+    mem = x if kind != "cross" else torch.randn(2, 7, 8, generator=g, dtype=DT)
+    key_mask = torch.ones(2, mem.shape[1], dtype=torch.bool)
+    key_mask[1, -2:] = False
+    out, w = mha(x, mem, key_mask, causal=kind == "causal", need_weights=True)
+    q, k, v = (heads(p(t), 2) for p, t in ((mha.q_proj, x), (mha.k_proj, mem), (mha.v_proj, mem)))
+    mask = key_mask[:, None, None, :]
+    if kind == "causal":
+        mask = mask & causal_mask(5, 5)
+    ref_o, ref_w = naive_coda(q, k, v, mask, gate="centered")  # scale 1/sqrt(d) (Eq. 10)
+    torch.testing.assert_close(w, ref_w)
+    torch.testing.assert_close(out, mha.out_proj(ref_o.transpose(1, 2).reshape(2, 5, 8)))
+    if kind == "causal":
+        assert torch.equal(w.triu(1), torch.zeros_like(w))
+    assert mha(x, mem, key_mask, need_weights=False)[1] is None
+
+
+def test_alignment_both_directions(eager):
+    g = torch.Generator().manual_seed(15)
+    a, b = torch.randn(2, 4, 6, generator=g, dtype=DT), torch.randn(2, 5, 6, generator=g,
+                                                                    dtype=DT)
+    va = torch.randn(2, 4, 3, generator=g, dtype=DT, requires_grad=True)
+    vb = torch.randn(2, 5, 3, generator=g, dtype=DT)
+    mask_a = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
+    mask_b = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    core = build("coda", center_e=True).alignment(dim=6)
+    res = core(a, b, mask_a, mask_b, value_a=va, value_b=vb)
+    pair = mask_a[:, :, None] & mask_b[:, None, :]
+    _, m = naive_coda(a, b, vb, pair, scale=False, center_e=True)  # no 1/sqrt(d) (Eq. 1-2)
+    torch.testing.assert_close(res.weights_a, m)
+    torch.testing.assert_close(res.weights_b, m)
+    torch.testing.assert_close(res.a_aligned, m @ vb)  # A' = M B
+    torch.testing.assert_close(res.b_aligned, m.transpose(1, 2) @ va)  # B' = M^T A
+    (grad,) = torch.autograd.grad(res.a_aligned.sum() + 2 * res.b_aligned.sum(), (va,))
+    torch.testing.assert_close(grad, 2 * m.sum(2, keepdim=True).expand(2, 4, 3))
+    default = core(a, b, mask_a, mask_b)  # values default to the inputs
+    torch.testing.assert_close(default.b_aligned, m.transpose(1, 2) @ a)
+
+
+def test_decoder_step_equals_forward_row(eager):
+    g = torch.Generator().manual_seed(16)
+    core = build("coda", gate="scaled").decoder(query_dim=5, memory_dim=4).double()
+    h, s = torch.randn(2, 6, 4, generator=g, dtype=DT), torch.randn(2, 3, 5, generator=g,
+                                                                    dtype=DT)
+    mask = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    memory = core.precompute(h, mask)
+    context, weights = core(s, memory)
+    ref_c, ref_w = naive_coda(core.query_proj(s), h, h, mask[:, None, :], gate="scaled")
+    torch.testing.assert_close(weights, ref_w)
+    torch.testing.assert_close(context, ref_c)
+    for t in range(3):
+        c_t, w_t = core.step(s[:, t], memory)
+        torch.testing.assert_close(c_t, context[:, t], rtol=0, atol=1e-12)
+        torch.testing.assert_close(w_t, weights[:, t], rtol=0, atol=1e-12)
+
+
+# -- invalid options -------------------------------------------------------------------------------
+@pytest.mark.parametrize("option,value", [("gate", "center"), ("e_fn", "relu"),
+                                          ("n_fn", "softsign"), ("alpha", -1.0),
+                                          ("beta", "1"), ("scale", "yes")])
+def test_invalid_options_name_the_option(option, value):
+    with pytest.raises(ValueError, match=option):
+        build("coda", **{option: value})
+    if option != "scale":
+        q = torch.randn(2, 3)
+        with pytest.raises(ValueError, match=option):
+            coda_fn(q, q, q, **{option: value})
+
+
+def test_invalid_inputs_are_named():
+    q = torch.randn(2, 3, 4)
+    with pytest.raises(TypeError, match="boolean"):
+        coda_fn(q, q, q, torch.ones(2, 3, 3))
+    with pytest.raises(ValueError, match="mask must be broadcastable"):
+        coda_fn(q, q, q, torch.ones(2, 3, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="same last size"):
+        coda_fn(q, torch.randn(2, 3, 5), q)
+    with pytest.raises(ValueError, match="one row per key"):
+        coda_fn(q, q, torch.randn(2, 4, 4))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        coda_fn(q, torch.randn(3, 3, 4), q)
+    with pytest.raises(ValueError, match="dropout"):
+        impl._coda(q, q, q, dropout=1.0)
