@@ -1,7 +1,8 @@
 """The command contract every experiment script follows.
 
     <name>.py fit|validate|test --config experiments/configs/<name>/paper.yaml [overrides]
-    <name>.py grid <grid> [--smoke | --config NAME] [--seeds N] [--jobs N] [-- overrides]
+    <name>.py grid <grid> [--smoke | --config NAME] [--seeds N] [--jobs N] [--skip-done]
+                      [-- overrides]
     <name>.py cell <grid> --cell NAME --seed N [--config NAME]
     <name>.py sweep <grid> [--config NAME] [--seeds N] [--output PATH]
     <name>.py report [<grid>] [--config NAME]
@@ -195,6 +196,9 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
         subclass_mode_data=experiment.subclass_mode_data,
         auto_configure_optimizers=False, args=argv,
         save_config_kwargs={"overwrite": True},
+        # every DataModule of the suite shards its length-bucketed batches across processes
+        # itself (datamodules.common.BucketBatchSampler), so Lightning must not add a sampler
+        trainer_defaults={"use_distributed_sampler": False},
     )
 
 
@@ -247,6 +251,8 @@ def _grid_parser(prog: str, with_cell: bool = False) -> argparse.ArgumentParser:
         p.add_argument("--cells", nargs="*", default=None, help="only these cells")
         p.add_argument("--jobs", type=int, default=1, help="cells run in parallel")
         p.add_argument("--dry-run", action="store_true", help="print the commands only")
+        p.add_argument("--skip-done", action="store_true",
+                       help="keep runs whose CSV already holds every metric of the grid")
     return p
 
 
@@ -289,6 +295,13 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
     experiment.config_path(config)
     cells = [grid.cell(n) for n in args.cells] if args.cells else grid.cells
     todo = [(c, s) for s in range(args.seeds) for c in cells]
+    if args.skip_done:
+        root = runs_root() / experiment.name / f"{grid.name}-{config}"
+        done = [(c, s) for c, s in todo if all(
+            v is not None for v in read_run_metrics(root / f"{c.name}-seed{s}", grid).values())]
+        for c, s in done:
+            print(f"  kept {c.name} seed {s}: finished before", flush=True)
+        todo = [t for t in todo if t not in done]
     if args.dry_run:
         for c, s in todo:
             print(" ".join(cell_command(experiment, grid, c, s, config, extra)))
@@ -429,8 +442,9 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
             if not vals:
                 row.append("not run")
             else:
-                m, s = mean_std(vals)
-                row.append(f"{m:.2f} ± {s:.2f} (n={len(vals)})")
+                m, s = mean_std(vals)  # sample std; one seed has no spread to show
+                spread = f" ± {s:.2f}" if len(vals) > 1 else ""
+                row.append(f"{m:.2f}{spread} (n={len(vals)})")
         lines.append("| " + " | ".join(row) + " |")
     if grid.note:
         lines += ["", grid.note]

@@ -86,8 +86,14 @@ def test_grid_sweep_and_report(env, tmp_path):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert (group / "coda-seed1" / "metrics.csv").exists()
 
+    # --skip-done keeps the three finished runs and launches only the missing one
+    out = run(["grid", "table6", "--smoke", "--seeds", "2", "--skip-done", "--dry-run"], env)
+    assert out.count("kept ") == 3 and "kept coda seed 1" in out
+    launched = [line for line in out.splitlines() if " fit " in line]
+    assert len(launched) == 1 and "--run.name=transformer-seed1" in launched[0]
+
     report = run(["report", "table6", "--smoke"], env)
-    assert "| transformer | 76.10 | " + f"{100 * ours['transformer']:.2f} ± 0.00 (n=1) |" in report
+    assert "| transformer | 76.10 | " + f"{100 * ours['transformer']:.2f} (n=1) |" in report
     coda_seeds = [100 * ours["coda"],
                   100 * last_values(group / "coda-seed1" / "metrics.csv")["test/exact_match"]]
     mean = sum(coda_seeds) / 2
@@ -101,3 +107,14 @@ def test_unknown_grid_and_cell_are_clear_errors(env):
     p = subprocess.run([sys.executable, str(SCRIPT), "cell", "table6", "--cell", "nope"],
                        env=env, cwd=ROOT, capture_output=True, text=True)
     assert p.returncode != 0 and "no cell 'nope'" in p.stderr
+
+
+def test_ddp_on_cpu_in_a_subprocess(env, tmp_path):
+    """Lightning DDP (gloo) with two processes runs to the end through fit and test (the
+    sharding of the batches itself is tested in tests/test_common.py)."""
+    out = run(["fit", "--config", str(SMOKE), "--trainer.strategy=ddp", "--trainer.devices=2",
+               "--trainer.accelerator=cpu", "--run.group=ddp", "--run.name=two",
+               "--run.wandb=false", "--run.test_after_fit=true"], env)
+    assert "Starting with 2 processes" in out
+    values = last_values(tmp_path / "runs" / "coda_mlu" / "ddp" / "two" / "metrics.csv")
+    assert 0.0 <= values["test/exact_match"] <= 1.0 and values["test/loss"] > 0
