@@ -365,6 +365,13 @@ class _Rows:
         return _forward_kernel(qb @ self.pair.kt, self.pair.distance(qb), mb, self.mean_e,
                                self.mean_n, keep, self.opt)
 
+    def factors(self, index: int) -> tuple[Tensor, Tensor, Tensor]:
+        """(F_E(E), F_N(N), M) of block ``index`` (N,r,Lk), uncompiled (analysis only)."""
+        _, _, qb, mb, _ = self._block(index)
+        _, _, te, gn, m = _gate_block(qb @ self.pair.kt, self.pair.distance(qb), mb,
+                                      self.mean_e, self.mean_n, self.opt)
+        return te, gn, m
+
     def backward(self, index: int, grads: _Grads, shifts) -> tuple[Tensor, Tensor] | None:
         """Add block ``index``'s share to ``grads``; with ``shifts=None`` (the first pass of a
         centered backward) return the sums of dL/d(q.k) and dL/dD instead."""
@@ -505,17 +512,11 @@ def _keep(like: Tensor, shape: tuple[int, ...], p: float, seed: int,
     return keep.to(like.dtype) / (1 - p)
 
 
-def _coda(q: Tensor, k: Tensor, v: Tensor | None, mask: Tensor | None = None, *,
-          v_t: Tensor | None = None, need_weights: bool = True, dropout: float = 0.0,
-          alpha: float = 1.0, beta: float = 1.0, scale: bool = True, gate: str = "plain",
-          center_e: bool = False, e_fn: str = "tanh", n_fn: str = "sigmoid"):
-    """Every context's entry point: (M v | None, M^T v_t | None, M | None).
-
-    q (..., Lq, d), k (..., Lk, d), v (..., Lk, dv), v_t (..., Lq, dt); mask boolean
-    broadcastable to (..., Lq, Lk).  ``dropout`` applies to M in the products only."""
+def _prepare(q: Tensor, k: Tensor, v: Tensor | None, v_t: Tensor | None, mask: Tensor | None,
+             alpha: float, beta: float, scale: bool, gate: str, e_fn: str, n_fn: str):
+    """Check the arguments of every entry point; (batch, options, flatten) where ``flatten``
+    turns (*batch', L, x) broadcastable tensors into (N, L, x)."""
     _check_options(gate, e_fn, n_fn, alpha, beta)
-    if not 0 <= dropout < 1:
-        raise ValueError(f"coda: dropout must be in [0, 1), got {dropout!r}")
     lq, lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     if k.shape[-1] != d:
         raise ValueError(f"coda: q and k must have the same last size, got {tuple(q.shape)} "
@@ -541,13 +542,47 @@ def _coda(q: Tensor, k: Tensor, v: Tensor | None, mask: Tensor | None = None, *,
         return None if t is None else t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:])
 
     s = 1 / math.sqrt(d) if scale else 1.0
-    opt = _Options(float(alpha * s), float(-beta * s), gate, e_fn, n_fn)
+    return batch, _Options(float(alpha * s), float(-beta * s), gate, e_fn, n_fn), flat
+
+
+def _coda(q: Tensor, k: Tensor, v: Tensor | None, mask: Tensor | None = None, *,
+          v_t: Tensor | None = None, need_weights: bool = True, dropout: float = 0.0,
+          alpha: float = 1.0, beta: float = 1.0, scale: bool = True, gate: str = "plain",
+          center_e: bool = False, e_fn: str = "tanh", n_fn: str = "sigmoid"):
+    """Every context's entry point: (M v | None, M^T v_t | None, M | None).
+
+    q (..., Lq, d), k (..., Lk, d), v (..., Lk, dv), v_t (..., Lq, dt); mask boolean
+    broadcastable to (..., Lq, Lk).  ``dropout`` applies to M in the products only."""
+    if not 0 <= dropout < 1:
+        raise ValueError(f"coda: dropout must be in [0, 1), got {dropout!r}")
+    batch, opt, flat = _prepare(q, k, v, v_t, mask, alpha, beta, scale, gate, e_fn, n_fn)
+    lq, lk = q.shape[-2], k.shape[-2]
     out, out_t, weights = _QuasiAttention.apply(
         flat(q), flat(k), flat(v), flat(v_t), mask, batch, opt, center_e, gate == "centered",
         dropout, need_weights)
     return (None if out is None else out.view(*batch, lq, -1),
             None if out_t is None else out_t.view(*batch, lk, -1),
             None if weights is None else weights.view(*batch, lq, lk))
+
+
+@torch.no_grad()
+def quasi_attention_factors(
+    q: Tensor, k: Tensor, mask: Tensor | None = None, *, alpha: float = 1.0, beta: float = 1.0,
+    scale: bool = True, gate: str = "plain", center_e: bool = False, e_fn: str = "tanh",
+    n_fn: str = "sigmoid",
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The three matrices of the paper's Figure 2, (F_E(E), F_N(N), M) each (..., Lq, Lk):
+    tanh(E) and sigmoid(N) by default (after the centering options; F_N(N) before the 2x of
+    ``gate="scaled"``) and M of Eq. 3-6.  For analysis: no gradient.  M is 0 where ``mask``
+    is False; the other two are computed there as well (select the valid entries with the
+    mask)."""
+    batch, opt, flat = _prepare(q, k, None, None, mask, alpha, beta, scale, gate, e_fn, n_fn)
+    rows = _Rows(flat(q), flat(k), mask, batch, opt, 0.0, 0)
+    if center_e or gate == "centered":
+        rows.center(center_e, gate == "centered")
+    parts = [rows.factors(index) for index in range(len(rows.blocks))]
+    shape = (*batch, q.shape[-2], k.shape[-2])
+    return tuple(torch.cat(ts, dim=1).view(shape) for ts in zip(*parts))
 
 
 def quasi_attention_matrix(
@@ -629,6 +664,10 @@ class CodaAlignment(AlignmentCore):
         value_b = b if value_b is None else value_b
         a_aligned, b_aligned, m = _coda(a, b, value_b, mask, v_t=value_a, **self.options)
         return Alignment(a_aligned, b_aligned, m, m)  # Eq. 7: A' = M B, B' = M^T A
+
+    def factors(self, a, b, mask_a=None, mask_b=None) -> tuple[Tensor, Tensor, Tensor]:
+        """(tanh(E), sigmoid(N), M) (B,La,Lb) of this alignment (Figure 2; no gradient)."""
+        return quasi_attention_factors(a, b, pair_mask(mask_a, mask_b), **self.options)
 
 
 class CodaDecoder(DecoderCore):

@@ -219,19 +219,26 @@ class DecompAttNet(nn.Module):
         return beta, alpha, (weights_a if need_weights else None), \
             (weights_b if need_weights else None)
 
-    def forward(self, premise: Tensor, premise_mask: Tensor, hypothesis: Tensor,
-                hypothesis_mask: Tensor, condition: Tensor | None = None,
-                need_weights: bool = False) -> Output:
-        """premise (B,La) or (K,B,La) ids with its boolean mask, the same for the hypothesis;
-        ``condition`` (B,) or (K,B) class ids when the net was built with
-        ``condition_classes``.  Returns logits (K,B,C) (and the alignment weights)."""
+    def attend_inputs(self, premise: Tensor, premise_mask: Tensor, hypothesis: Tensor,
+                      hypothesis_mask: Tensor) -> tuple[Tensor, ...]:
+        """a_bar, b_bar (K,B,L,D), F(a_bar), F(b_bar) (K,B,L,H) (Eq. 3) and the masks (K,B,L):
+        what the alignment sees."""
         ids_a, ma = self.per_member(premise, premise_mask, "premise")  # (K,B,La)
         ids_b, mb = self.per_member(hypothesis, hypothesis_mask, "hypothesis")  # (K,B,Lb)
         if ids_a.shape[1] != ids_b.shape[1]:
             raise ValueError(f"premise and hypothesis batches differ: {tuple(ids_a.shape)} and "
                              f"{tuple(ids_b.shape)}")
         a, b = self.encode(ids_a, ma), self.encode(ids_b, mb)  # a_bar, b_bar (K,B,L,D)
-        fa, fb = self.attend(a), self.attend(b)  # F(a_bar), F(b_bar) (K,B,L,H)      Eq. 3
+        return a, b, self.attend(a), self.attend(b), ma, mb  # F(a_bar), F(b_bar)     Eq. 3
+
+    def forward(self, premise: Tensor, premise_mask: Tensor, hypothesis: Tensor,
+                hypothesis_mask: Tensor, condition: Tensor | None = None,
+                need_weights: bool = False) -> Output:
+        """premise (B,La) or (K,B,La) ids with its boolean mask, the same for the hypothesis;
+        ``condition`` (B,) or (K,B) class ids when the net was built with
+        ``condition_classes``.  Returns logits (K,B,C) (and the alignment weights)."""
+        a, b, fa, fb, ma, mb = self.attend_inputs(premise, premise_mask, hypothesis,
+                                                  hypothesis_mask)
         beta, alpha, wa, wb = self.alignment(fa, fb, ma, mb, a, b, need_weights)  # Eq. 4
         v1 = self.compare(torch.cat([a, beta], -1))  # (K,B,La,H)                     Eq. 5
         v2 = self.compare(torch.cat([b, alpha], -1))  # (K,B,Lb,H)
@@ -290,7 +297,9 @@ class DecompAtt(AttnReproModule):
     ``test_splits``); ``val/acc_best`` is the best validation accuracy so far (a run's
     development score).  With a W&B logger, heat maps of the alignment weights (of member 0
     in an ensemble) for ``plot_pairs`` fixed validation pairs are logged at each validation
-    end as ``val/attention_pair<i>`` (the write-up's Figures 1-3).
+    end as ``val/attention_pair<i>`` (the write-up's Figures 1-3), and with the CoDA
+    alignment histograms of tanh(E), sigmoid(N) and M over the first validation batch as
+    ``val/coda_hist_<name>`` (CoDA's Figure 2; :meth:`alignment_factors`).
 
     Args:
         vocab_size, num_classes, pad_id: from the DataModule (CLI links).
@@ -366,6 +375,25 @@ class DecompAtt(AttnReproModule):
         return self.net(batch["premise"], batch["premise_mask"], batch["hypothesis"],
                         batch["hypothesis_mask"], need_weights=need_weights)
 
+    @torch.no_grad()
+    def alignment_factors(self, batch: dict[str, Tensor], member: int = 0
+                          ) -> dict[str, Tensor] | None:
+        """CoDA's Figure 2: the values of F_E(E) (tanh), F_N(N) (sigmoid) and M over every
+        real (premise word, hypothesis word) pair of ``batch``, as 1-D tensors keyed
+        "tanh(E)", "sigmoid(N)", "M" (named by the flag's functions), for ``member``; None
+        when the alignment is not CoDA.  Uses the current mode (call in eval mode)."""
+        core = self.net.align[member if len(self.net.align) > 1 else 0]
+        if not hasattr(core, "factors"):
+            return None
+        _, _, fa, fb, ma, mb = self.net.attend_inputs(
+            batch["premise"], batch["premise_mask"], batch["hypothesis"],
+            batch["hypothesis_mask"])
+        ma, mb = ma[member], mb[member]
+        e_term, n_term, m = core.factors(fa[member], fb[member], ma, mb)
+        valid = ma[:, :, None] & mb[:, None, :]
+        return {f"{core.options['e_fn']}(E)": e_term[valid],
+                f"{core.options['n_fn']}(N)": n_term[valid], "M": m[valid]}
+
     def member_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
         """log p(y | a, b; theta_c) of every member, (K,B,C)."""
         return F.log_softmax(self(batch).logits, dim=-1)
@@ -388,8 +416,7 @@ class DecompAtt(AttnReproModule):
 
     def validation_step(self, batch, batch_idx, dataloader_idx=0):
         if batch_idx == 0 and dataloader_idx == 0 and self._wandb_loggers():
-            n = self.plot_pairs  # the longest pairs of the first (deterministic) batch
-            self._plot_batch = {k: v[-n:].detach().cpu() for k, v in batch.items()}
+            self._plot_batch = {k: v.detach().cpu() for k, v in batch.items()}
         self._evaluate(batch, "val", dataloader_idx)
 
     def test_step(self, batch, batch_idx, dataloader_idx=0):
@@ -456,6 +483,15 @@ class DecompAtt(AttnReproModule):
         from lit_models.plots import attention_heatmaps, figure_image
 
         batch = {k: v.to(self.device) for k, v in batch.items()}
+        factors = self.alignment_factors(batch)  # CoDA's Figure 2 over the whole first batch
+        if factors is not None:
+            import wandb
+
+            for lg in loggers:
+                lg.log_metrics({f"val/coda_hist_{name}": wandb.Histogram(values.cpu().numpy())
+                                for name, values in factors.items()}, step=self.global_step)
+        n = self.plot_pairs  # the longest pairs of the first (deterministic) batch
+        batch = {k: v[-n:] for k, v in batch.items()}
         with torch.no_grad():
             out = self(batch, need_weights=True)
         itos = getattr(getattr(self.trainer.datamodule, "vocab", None), "itos", None)

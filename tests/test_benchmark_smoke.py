@@ -80,3 +80,15 @@ def test_bad_arguments_are_named(capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
         main(["--quick", *args])
     assert exit_info.value.code != 0 and message in capsys.readouterr().err
+
+
+def test_nli_step_benchmark_times_every_model_against_vanilla(shared):
+    shared("snli/snli_1.0_dev.first1288.jsonl")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.nli_step", "--json", "--steps", "3",
+                           "--warmup", "1", "--hidden", "8"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["model"] for r in rows] == ["vanilla", "exact K=3", "latent K=4", "exact K=4"]
+    assert rows[0]["ratio_vs_vanilla"] == 1.0
+    assert all(r["steps"] == 3 and r["step_ms"] > 0 for r in rows)

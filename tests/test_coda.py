@@ -23,10 +23,10 @@ N_FN = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "arctan": torch.atan,
         "algebraic": lambda x: x / torch.sqrt(1 + x ** 2)}
 
 
-def naive_coda(q, k, v, mask=None, *, alpha=1.0, beta=1.0, scale=True, gate="plain",
-               center_e=False, e_fn="tanh", n_fn="sigmoid"):
-    """Eq. 1-7 / Eq. 10 by broadcasting (materialises (..., Lq, Lk, d)); centering by a hand
-    written masked mean; masked entries of M set to 0."""
+def naive_factors(q, k, mask=None, *, alpha=1.0, beta=1.0, scale=True, gate="plain",
+                  center_e=False, e_fn="tanh", n_fn="sigmoid"):
+    """(F_E(E), F_N(N), M) of Eq. 1-6 / Eq. 10 by broadcasting (materialises (..., Lq, Lk, d));
+    centering by a hand written masked mean; masked entries of M set to 0."""
     s = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
     e = alpha * s * (q[..., :, None, :] * k[..., None, :, :]).sum(-1)  # Eq. 1
     n = -beta * s * (q[..., :, None, :] - k[..., None, :, :]).abs().sum(-1)  # Eq. 2
@@ -36,8 +36,14 @@ def naive_coda(q, k, v, mask=None, *, alpha=1.0, beta=1.0, scale=True, gate="pla
         e = e - (e * valid).sum((-2, -1), keepdim=True) / count  # Eq. 6
     if gate == "centered":
         n = n - (n * valid).sum((-2, -1), keepdim=True) / count  # Eq. 4
-    g = N_FN[n_fn](n) * (2 if gate == "scaled" else 1)  # Eq. 5
-    m = E_FN[e_fn](e) * g * valid  # Eq. 3
+    te, gn = E_FN[e_fn](e), N_FN[n_fn](n)
+    m = te * gn * (2 if gate == "scaled" else 1) * valid  # Eq. 3, 5
+    return te, gn, m
+
+
+def naive_coda(q, k, v, mask=None, **options):
+    """Eq. 7 / Eq. 10: (M v, M) from the naive M."""
+    m = naive_factors(q, k, mask, **options)[2]
     return m @ v, m
 
 
@@ -367,3 +373,20 @@ def test_invalid_inputs_are_named():
         coda_fn(q, torch.randn(3, 3, 4), q)
     with pytest.raises(ValueError, match="dropout"):
         impl._coda(q, q, q, dropout=1.0)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(gate="centered", center_e=True),
+                                     dict(gate="scaled", e_fn="sigmoid", n_fn="arctan")])
+def test_factors_of_figure_2_match_the_paper(options, monkeypatch):
+    g = torch.Generator().manual_seed(11)
+    q, k = torch.randn(2, 3, 5, 4, generator=g, dtype=DT), torch.randn(2, 3, 6, 4, generator=g,
+                                                                       dtype=DT)
+    mask = torch.rand(2, 1, 5, 6, generator=g) > 0.3
+    monkeypatch.setattr(impl, "BLOCK_BYTES", 64)  # several blocks of rows
+    got = impl.quasi_attention_factors(q, k, mask, **options)
+    want = naive_factors(q, k, mask, **options)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(got[2], impl.quasi_attention_matrix(q, k, mask, **options),
+                               atol=1e-12, rtol=1e-10)
+    assert not got[0].requires_grad

@@ -40,10 +40,11 @@ def batch_of(pairs, pad_id=0, label=None):
 
 
 # -- a tiny example by hand ---------------------------------------------------------------------
-def hand_model() -> DecompAtt:
+def hand_model(attention: str = "softmax") -> DecompAtt:
     """hidden 2; words 1 = [1,0], 2 = [0,1], 3 = [1,1]; F = identity; G sums a_i and beta_i;
     H's first layer sums v1 and v2; the output layer gives [h1, h2, h1 - h2]."""
-    model = DecompAtt(vocab_size=4, hidden=2, dropout=0.0).double().eval()
+    model = DecompAtt(vocab_size=4, hidden=2, dropout=0.0,
+                      attention=build(attention)).double().eval()
     net = model.net
     with torch.no_grad():
         net.embed.weight.copy_(torch.tensor([[[0, 0], [1, 0], [0, 1], [1, 1]]]))
@@ -264,3 +265,22 @@ def test_heat_map_figure():
     assert signed.axes[0].get_title() == "quasi-attention M"
     with pytest.raises(ValueError, match=r"must be \(3, 2\)"):
         attention_heatmaps(["a", "b", "c"], ["d", "e"], wa.T, wb)
+
+
+def test_coda_figure_2_factors_by_hand():
+    """F = identity: premise [1, 3] = [[1,0],[1,1]], hypothesis [2] = [[0,1]] (and a padded
+    second pair).  E = a.b = [0, 1], N = -|a - b|_1 = [-2, -1] (no 1/sqrt(d) in alignment)."""
+    model = hand_model("coda")
+    batch = batch_of([([1, 3], [2]), ([2], [2, 1])])
+    got = model.alignment_factors(batch)
+    assert set(got) == {"tanh(E)", "sigmoid(N)", "M"}
+    # valid pairs only, pair 1 then pair 2: (a1,b1), (a2,b1); then (a1,b1), (a1,b2)
+    e = torch.tensor([0.0, 1.0, 1.0, 0.0], dtype=torch.float64)  # pair 2: [0,1].[0,1], [0,1].[1,0]
+    n = torch.tensor([-2.0, -1.0, 0.0, -2.0], dtype=torch.float64)
+    torch.testing.assert_close(got["tanh(E)"], torch.tanh(e))
+    torch.testing.assert_close(got["sigmoid(N)"], torch.sigmoid(n))
+    torch.testing.assert_close(got["M"], torch.tanh(e) * torch.sigmoid(n))
+    weights = model(batch, need_weights=True).weights_a[0]  # M itself: the same values
+    valid = batch["premise_mask"][:, :, None] & batch["hypothesis_mask"][:, None, :]
+    torch.testing.assert_close(weights[valid], got["M"])
+    assert hand_model("softmax").alignment_factors(batch) is None

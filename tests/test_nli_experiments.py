@@ -157,8 +157,8 @@ def test_coda_nli_grids_on_every_dataset(env, tmp_path):
         start(CODA, ["cell", "table8", "--cell", "dnli-none", "--smoke", "--", *quiet], env),
     ]
     outputs += [finish(p) for p in second]
-    outputs.append(run(CODA, ["grid", "table9", "--smoke", "--cells", "sigmoid-arctan", "--",
-                              *quiet], env))
+    # W&B on (offline) for this one: CoDA's Figure 2 histograms
+    outputs.append(run(CODA, ["grid", "table9", "--smoke", "--cells", "sigmoid-arctan"], env))
     assert "done snli-softmax seed 0" in outputs[0] and "done snli-coda seed 0" in outputs[0]
     runs = tmp_path / "runs" / "coda_nli"
 
@@ -200,6 +200,13 @@ def test_coda_nli_grids_on_every_dataset(env, tmp_path):
     assert t9["data"]["class_path"] == "datamodules.nli.SNLIDataModule"
     t9 = t9["model"]["attention"]["init_args"]
     assert (t9["e_fn"], t9["n_fn"]) == ("sigmoid", "arctan")
+    wandb_run = list((runs / "table9-smoke" / "sigmoid-arctan-seed0" / "wandb").glob(
+        "offline-run-*/run-*.wandb"))
+    logged = history(wandb_run[0])
+    for key in ("val/coda_hist_sigmoid(E)", "val/coda_hist_arctan(N)", "val/coda_hist_M"):
+        assert logged[f"{key}/_type"][-1] == "histogram", key  # W&B flattens its fields
+        assert sum(logged[f"{key}/values"][-1]) > 0, key
+    assert len(logged["val/coda_hist_M/_type"]) == 2  # each validation after sanity checking
 
     report = run(CODA, ["report", "--smoke"], env)
     ours = 100 * values["test/acc"], 100 * values["test/acc_mismatched"]
