@@ -609,35 +609,39 @@ def quasi_attention(
 
 
 class coda(Mechanism):  # noqa: N801 - flag classes are named by their registry names
-    """Compositional De-Attention.  ``scale=None`` follows the paper in each context:
-    1/sqrt(d) in multi-head and decoder attention (Eq. 10), none in pairwise alignment
-    (Eq. 1-2)."""
+    """Compositional De-Attention.  ``scale=None`` and ``gate=None`` follow the paper in
+    each context: in multi-head and decoder attention (Eq. 10) 1/sqrt(d) and ``scaled``
+    (2 * sigmoid: "we either apply centering ... or 2 * sigmoid ... to ensure the value is in
+    [0, 1]"; Table 8's uncentred NMT row, the best, leaves the scaling); in pairwise
+    alignment (Eq. 1-3) no 1/sqrt(d) and the ``plain`` gate sigmoid(N)."""
 
     name = "coda"
 
     def __init__(self, alpha: float = 1.0, beta: float = 1.0, scale: bool | None = None,
-                 gate: Literal["plain", "centered", "scaled"] = "plain", center_e: bool = False,
+                 gate: Literal["plain", "centered", "scaled"] | None = None,
+                 center_e: bool = False,
                  e_fn: Literal["tanh", "sigmoid"] = "tanh",
                  n_fn: Literal["sigmoid", "tanh", "arctan", "algebraic"] = "sigmoid"):
-        _check_options(gate, e_fn, n_fn, alpha, beta)
+        _check_options("plain" if gate is None else gate, e_fn, n_fn, alpha, beta)
         if scale is not None and not isinstance(scale, bool):
             raise ValueError(f"coda: scale must be true, false or null, got {scale!r}")
         self.alpha, self.beta, self.scale = alpha, beta, scale
         self.gate, self.center_e, self.e_fn, self.n_fn = gate, center_e, e_fn, n_fn
 
-    def kwargs(self, default_scale: bool) -> dict:
+    def kwargs(self, default_scale: bool, default_gate: str) -> dict:
         return dict(alpha=self.alpha, beta=self.beta,
-                    scale=default_scale if self.scale is None else self.scale, gate=self.gate,
+                    scale=default_scale if self.scale is None else self.scale,
+                    gate=default_gate if self.gate is None else self.gate,
                     center_e=self.center_e, e_fn=self.e_fn, n_fn=self.n_fn)
 
     def multihead(self, *, d_model, n_heads, dropout=0.0, self_attention=True):
-        return CodaMultiHead(self.kwargs(True), dropout)
+        return CodaMultiHead(self.kwargs(True, "scaled"), dropout)  # Eq. 10
 
     def alignment(self, *, dim):
-        return CodaAlignment(self.kwargs(False))
+        return CodaAlignment(self.kwargs(False, "plain"))  # Eq. 1-3
 
     def decoder(self, *, query_dim, memory_dim):
-        return CodaDecoder(self.kwargs(True), query_dim, memory_dim)
+        return CodaDecoder(self.kwargs(True, "scaled"), query_dim, memory_dim)  # Eq. 10
 
 
 class CodaMultiHead(MultiHeadCore):

@@ -307,6 +307,27 @@ def test_multihead_attention(eager, kind):
     assert mha(x, mem, key_mask, need_weights=False)[1] is None
 
 
+def test_default_options_follow_the_paper_in_each_context(eager):
+    """Unset ``scale`` and ``gate`` mean Eq. 10 in Transformers (1/sqrt(d), 2 * sigmoid) and
+    Eq. 1-3 in pairwise alignment (no 1/sqrt(d), plain sigmoid); set ones win everywhere."""
+    g = torch.Generator().manual_seed(16)
+    x = torch.randn(2, 5, 8, generator=g, dtype=DT)
+    mha = MultiHeadAttention(8, 2, build("coda")).double()
+    _, w = mha(x, x, need_weights=True)
+    q, k, v = (heads(p(x), 2) for p in (mha.q_proj, mha.k_proj, mha.v_proj))
+    torch.testing.assert_close(w, naive_coda(q, k, v, gate="scaled")[1])
+    core = build("coda").decoder(query_dim=8, memory_dim=8).double()
+    _, w = core(x, core.precompute(x, None))
+    torch.testing.assert_close(w, naive_coda(core.query_proj(x), x, x, gate="scaled")[1])
+    a, b = x, torch.randn(2, 4, 8, generator=g, dtype=DT)
+    res = build("coda").alignment(dim=8)(a, b)
+    torch.testing.assert_close(res.weights_a, naive_coda(a, b, b, scale=False)[1])
+    mha = MultiHeadAttention(8, 2, build("coda", gate="plain", scale=False)).double()
+    _, w = mha(x, x, need_weights=True)
+    q, k, v = (heads(p(x), 2) for p in (mha.q_proj, mha.k_proj, mha.v_proj))
+    torch.testing.assert_close(w, naive_coda(q, k, v, gate="plain", scale=False)[1])
+
+
 def test_alignment_both_directions(eager):
     g = torch.Generator().manual_seed(15)
     a, b = torch.randn(2, 4, 6, generator=g, dtype=DT), torch.randn(2, 5, 6, generator=g,
