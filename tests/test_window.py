@@ -122,6 +122,23 @@ def test_window_mask_is_the_expectation_over_discrete_windows(n, b):
     torch.testing.assert_close(window_mask(phi_l, phi_r, b), enumerated_window(phi_l, phi_r, b))
 
 
+@pytest.mark.parametrize("n,b", [(5, 1), (6, 2), (7, 3), (2, 3)])
+def test_window_mask_gradient_is_the_enumerations(n, b):
+    """The gradient of the cumulative-sum window (what training backpropagates through)
+    equals the gradient of the exact enumeration over discrete windows."""
+    g = torch.Generator().manual_seed(40 + n * 10 + b)
+    phi_l, phi_r = (torch.softmax(torch.randn(2, 3, n, generator=g, dtype=torch.float64), -1)
+                    .requires_grad_() for _ in range(2))
+    cotangent = torch.randn(2, 3, n, generator=g, dtype=torch.float64)
+    ours = torch.autograd.grad(window_mask(phi_l, phi_r, b), (phi_l, phi_r), cotangent)
+    naive = torch.autograd.grad(enumerated_window(phi_l, phi_r, b), (phi_l, phi_r), cotangent)
+    for a, e in zip(ours, naive, strict=True):
+        torch.testing.assert_close(a, e)
+    assert torch.autograd.gradcheck(lambda a, c: window_mask(a, c, b), (phi_l, phi_r))
+    only_left = torch.autograd.grad(window_mask(phi_l, phi_r.detach(), b), phi_l, cotangent)
+    torch.testing.assert_close(only_left[0], naive[0])
+
+
 def test_window_mask_of_one_hot_boundaries_is_the_discrete_window():
     n = 6
     eye = torch.eye(n)
