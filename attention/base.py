@@ -135,6 +135,15 @@ class Alignment(NamedTuple):
     weights_b: Tensor
 
 
+def query_projection(query_dim: int, memory_dim: int) -> nn.Module:
+    """Maps decoder states to the memory's dimension for mechanisms that compare s_i with
+    h_j directly (dot products, L1 distances, L s_i): the identity when the sizes agree,
+    else a linear map without bias."""
+    if query_dim == memory_dim:
+        return nn.Identity()
+    return nn.Linear(query_dim, memory_dim, bias=False)
+
+
 class DecoderCore(nn.Module):
     """Context 3: attention of decoder states over encoder memory (RNN seq2seq).
 

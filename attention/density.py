@@ -52,6 +52,7 @@ from attention.base import (
     Mechanism,
     MultiHeadCore,
     UnsupportedContext,
+    query_projection,
 )
 from attention.masking import attention_mask, check_mask, masked_softmax, pair_mask
 
@@ -224,8 +225,7 @@ class DensityDecoder(DecoderCore):
         self.scheme, self.block_elements = scheme, block_elements
         self.score = AdditiveScore(query_dim, memory_dim, hidden, block_elements)  # alpha_ij
         # L s_i and tanh(L + s_i) need s in the memory's dimension
-        self.query_proj = (nn.Identity() if query_dim == memory_dim
-                           else nn.Linear(query_dim, memory_dim, bias=False))
+        self.query_proj = query_projection(query_dim, memory_dim)
         self.w_s = _pair_weight(scheme, (), (memory_dim,))
 
     def precompute(self, h, mask=None):

@@ -34,7 +34,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attention.base import DecoderCore, Mechanism, MultiHeadCore
+from attention.base import DecoderCore, Mechanism, MultiHeadCore, query_projection
 from attention.masking import attention_mask, check_mask, masked_attention, masked_softmax
 
 
@@ -137,8 +137,7 @@ class LocalnessDecoder(DecoderCore):
 
     def __init__(self, query_dim: int, memory_dim: int, window: int | None):
         super().__init__()
-        self.query_proj = (nn.Identity() if query_dim == memory_dim
-                           else nn.Linear(query_dim, memory_dim, bias=False))
+        self.query_proj = query_projection(query_dim, memory_dim)
         self.predict = LocalnessPredictor(query_dim, 1, window)
 
     def precompute(self, h, mask=None):

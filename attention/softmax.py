@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import math
 
-from torch import nn
-
-from attention.base import Alignment, AlignmentCore, DecoderCore, Mechanism, MultiHeadCore
+from attention.base import (
+    Alignment,
+    AlignmentCore,
+    DecoderCore,
+    Mechanism,
+    MultiHeadCore,
+    query_projection,
+)
 from attention.masking import attention_mask, masked_attention, masked_softmax
 
 
@@ -68,8 +73,7 @@ class SoftmaxAlignment(AlignmentCore):
 class SoftmaxDecoder(DecoderCore):
     def __init__(self, query_dim: int, memory_dim: int):
         super().__init__()
-        self.query_proj = (nn.Identity() if query_dim == memory_dim
-                           else nn.Linear(query_dim, memory_dim, bias=False))
+        self.query_proj = query_projection(query_dim, memory_dim)
 
     def precompute(self, h, mask=None):
         return {"h": h, "mask": mask}

@@ -52,7 +52,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention.base import Alignment, AlignmentCore, DecoderCore, Mechanism, MultiHeadCore
+from attention.base import (
+    Alignment,
+    AlignmentCore,
+    DecoderCore,
+    Mechanism,
+    MultiHeadCore,
+    query_projection,
+)
 from attention.masking import attention_mask, check_mask, masked_attention, masked_softmax
 
 VARIANTS = ("mw", "aw")
@@ -328,8 +335,7 @@ class WindowDecoder(DecoderCore):
         super().__init__()
         self.variant, self.segment_size = options.variant, options.segment_size
         self.boundary, self.boundary_scale = options.boundary, options.boundary_scale
-        self.query_proj = (nn.Identity() if query_dim == memory_dim
-                           else nn.Linear(query_dim, memory_dim, bias=False))
+        self.query_proj = query_projection(query_dim, memory_dim)
         self.boundaries = (BoundaryScores("paper", 1, query_dim, memory_dim)
                            if self.boundary == "paper"
                            else BoundaryScores("authors", 1, query_dim, memory_dim, memory_dim))

@@ -15,12 +15,13 @@ import tarfile
 import urllib.request
 import zipfile
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils.data import Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -251,3 +252,17 @@ class BucketBatchSampler(Sampler[list[int]]):
         if not hasattr(self, "_len"):  # the count does not depend on the order
             self._len = len(self._batches())
         return self._len
+
+
+def bucketed_loader(dataset: Dataset, lengths: Sequence[int], batch_size: int,
+                    collate_fn: Callable[[list], Any], shuffle: bool, seed: int = 0,
+                    num_workers: int = 0, trainer: Any = None) -> DataLoader:
+    """The one DataLoader of every DataModule: :class:`BucketBatchSampler` batches of
+    ``dataset`` by ``lengths`` (any sort key), each of ``trainer``'s processes taking its
+    share (so the trainer wants ``use_distributed_sampler=False``; no trainer: one process),
+    worker processes kept from one epoch to the next."""
+    replicas, rank = (trainer.world_size, trainer.global_rank) if trainer else (1, 0)
+    sampler = BucketBatchSampler(lengths, batch_size, shuffle=shuffle, seed=seed,
+                                 num_replicas=replicas, rank=rank)
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn,
+                      num_workers=num_workers, persistent_workers=num_workers > 0)

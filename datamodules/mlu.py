@@ -25,7 +25,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.common import BOS, EOS, PAD, UNK, BucketBatchSampler, DataFormatError, Vocab, pad
+from datamodules.common import BOS, EOS, PAD, UNK, DataFormatError, Vocab, bucketed_loader, pad
 
 LOW, HIGH = -1000, 1000  # each variable in [LOW, HIGH)
 OPERATORS = "+-*"
@@ -191,13 +191,9 @@ class MLUDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         ds = self.datasets[split]
         bs = self.hparams.batch_size if shuffle else self.hparams.eval_batch_size
-        trainer = self.trainer
-        sampler = BucketBatchSampler(
-            [len(s) + len(t) for s, t in zip(ds.src, ds.tgt)], bs, shuffle=shuffle,
-            seed=self.hparams.seed, num_replicas=trainer.world_size if trainer else 1,
-            rank=trainer.global_rank if trainer else 0)
-        return DataLoader(ds, batch_sampler=sampler, num_workers=self.hparams.num_workers,
-                          collate_fn=partial(self.collate, ds))
+        return bucketed_loader(ds, [len(s) + len(t) for s, t in zip(ds.src, ds.tgt)], bs,
+                               partial(self.collate, ds), shuffle=shuffle, seed=self.hparams.seed,
+                               num_workers=self.hparams.num_workers, trainer=self.trainer)
 
     def train_dataloader(self):
         return self._loader("train", True)

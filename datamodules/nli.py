@@ -5,9 +5,9 @@ attention write-up (section 3) on SNLI.  Each dataset is read in its published f
 
 - SNLI 1.0 (Bowman et al. 2015) and MultiNLI 1.0 (Williams et al. 2018): ``.jsonl`` (one
   JSON object per line) or ``.txt`` (tab-separated with a header row; rows may omit the
-  trailing annotator-label columns).  GLUE's MNLI ``.tsv`` has the same columns and is
-  read by :func:`read_nli_txt` too.  ``gold_label`` "-" means the annotators reached no
-  consensus: such pairs are dropped and counted (``ReadStats.dropped_no_gold``).
+  trailing annotator-label columns), both read by :func:`read_nli`.  GLUE's MNLI ``.tsv``
+  has the same columns and is read as ``.txt``.  ``gold_label`` "-" means the annotators
+  reached no consensus: such pairs are dropped and counted (``ReadStats.dropped_no_gold``).
 - SciTail 1.1 (Khot et al. 2018): ``tsv_format`` (premise \\t hypothesis \\t entails|neutral,
   no header) or ``snli_format`` (SNLI-style JSON lines, entailment|neutral).
 - Dialogue NLI (Welleck et al. 2019): ``dialogue_nli_{train,dev,test}.jsonl``, which
@@ -50,9 +50,9 @@ from torch.utils.data import DataLoader, Dataset
 from datamodules.common import (
     PAD,
     UNK,
-    BucketBatchSampler,
     DataFormatError,
     Vocab,
+    bucketed_loader,
     cache_dir,
     extract_archive,
     fetch,
@@ -67,6 +67,9 @@ from datamodules.text import PackedSequences, spacy_tokenize
 log = logging.getLogger(__name__)
 
 Tokenizer = Literal["parse", "spacy"]
+NLIFormat = Literal["jsonl", "txt"]  # SNLI's and MultiNLI's two published formats
+Row = tuple[int, Callable[[str], Any]]  # (1-based line, field name -> value) of a record
+RowReader = Callable[[str | os.PathLike, tuple[str, ...]], Iterator[Row]]  # (path, fields)
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 NO_GOLD = "-"  # SNLI/MultiNLI gold_label when the annotators reached no consensus
@@ -145,12 +148,9 @@ def _fields(tokenizer: Tokenizer) -> tuple[str, ...]:
 
 # ----------------------------------------------------------------------------- readers
 
-def read_nli_jsonl(path: str | os.PathLike, labels: Mapping[str, int] = SNLI_LABELS,
-                   tokenizer: Tokenizer = "parse", lowercase: bool = False,
-                   stats: ReadStats | None = None) -> Iterator[NLIExample]:
-    """SNLI / MultiNLI / SciTail-snli_format JSON lines (blank lines skipped)."""
-    stats = stats if stats is not None else ReadStats()
-    what = "a JSON object with string fields " + ", ".join(_fields(tokenizer))
+def _jsonl_rows(path: str | os.PathLike, fields: tuple[str, ...]) -> Iterator[Row]:
+    """One JSON object per line; a field that is missing or not a string is an error."""
+    what = "a JSON object with string fields " + ", ".join(fields)
     for number, line in read_lines(path):
         if not line.strip():
             continue
@@ -165,44 +165,71 @@ def read_nli_jsonl(path: str | os.PathLike, labels: Mapping[str, int] = SNLI_LAB
                 raise DataFormatError(path, number, what, f"{name}={value!r}")
             return value
 
+        yield number, get
+
+
+def _txt_rows(path: str | os.PathLike, fields: tuple[str, ...]) -> Iterator[Row]:
+    """Tab-separated, columns named by the header row; a row may omit trailing columns
+    after the ones read."""
+    lines = read_lines(path)
+    _, header = next(lines, (1, ""))
+    columns = header.split("\t")
+    if not set(fields) <= set(columns):
+        raise DataFormatError(path, 1, "a tab-separated header with columns "
+                              + ", ".join(fields), header)
+    index = {name: columns.index(name) for name in fields}
+    least = max(index.values()) + 1
+    for number, line in lines:
+        if not line.strip():
+            continue
+        values = line.split("\t")
+        if not least <= len(values) <= len(columns):
+            raise DataFormatError(path, number, f"{least} to {len(columns)} tab-separated "
+                                  f"fields (header: {header})", f"{len(values)} fields")
+        yield number, lambda name, values=values: values[index[name]]
+
+
+NLI_FORMATS: dict[str, RowReader] = {"jsonl": _jsonl_rows, "txt": _txt_rows}
+
+
+def _format_rows(format: str, dataset: str = "NLI") -> RowReader:
+    """The row reader of an SNLI-style ``format``; another format is a ValueError."""
+    if format not in NLI_FORMATS:
+        raise ValueError(f"{dataset} format must be {' or '.join(map(repr, NLI_FORMATS))}, "
+                         f"got {format!r}")
+    return NLI_FORMATS[format]
+
+
+def read_nli(path: str | os.PathLike, format: NLIFormat = "jsonl",
+             labels: Mapping[str, int] = SNLI_LABELS, tokenizer: Tokenizer = "parse",
+             lowercase: bool = False, stats: ReadStats | None = None) -> Iterator[NLIExample]:
+    """The pairs of a file in one of SNLI's two published formats (SNLI, MultiNLI, GLUE
+    MNLI's ``.tsv``, SciTail's snli_format): ``format`` "jsonl" (one JSON object per line)
+    or "txt" (tab-separated with a header row).  Each record gives ``gold_label`` and the
+    two sentences (parses or text, by ``tokenizer``); gold label "-" is dropped and
+    counted in ``stats``, blank lines are skipped."""
+    rows = _format_rows(format)
+    stats = stats if stats is not None else ReadStats()
+    for number, get in rows(path, _fields(tokenizer)):
         label = _label(get("gold_label"), labels, True, path, number, stats)
         if label is not None:
             example = _example(*_pair_tokens(get, tokenizer), label, number, lowercase, stats)
             if example is not None:
                 yield example
+
+
+def read_nli_jsonl(path: str | os.PathLike, labels: Mapping[str, int] = SNLI_LABELS,
+                   tokenizer: Tokenizer = "parse", lowercase: bool = False,
+                   stats: ReadStats | None = None) -> Iterator[NLIExample]:
+    """:func:`read_nli` of a ``.jsonl`` file."""
+    return read_nli(path, "jsonl", labels, tokenizer, lowercase, stats)
 
 
 def read_nli_txt(path: str | os.PathLike, labels: Mapping[str, int] = SNLI_LABELS,
                  tokenizer: Tokenizer = "parse", lowercase: bool = False,
                  stats: ReadStats | None = None) -> Iterator[NLIExample]:
-    """SNLI / MultiNLI ``.txt`` (and GLUE MNLI ``.tsv``): tab-separated, columns named by
-    the header row; a row may omit trailing columns after the ones read."""
-    stats = stats if stats is not None else ReadStats()
-    lines = read_lines(path)
-    _, header = next(lines, (1, ""))
-    columns = header.split("\t")
-    needed = _fields(tokenizer)
-    if not set(needed) <= set(columns):
-        raise DataFormatError(path, 1, "a tab-separated header with columns "
-                              + ", ".join(needed), header)
-    index = {name: columns.index(name) for name in needed}
-    least = max(index.values()) + 1
-    for number, line in lines:
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        if not least <= len(fields) <= len(columns):
-            raise DataFormatError(path, number, f"{least} to {len(columns)} tab-separated "
-                                  f"fields (header: {header})", f"{len(fields)} fields")
-
-        def get(name: str, fields=fields) -> str:
-            return fields[index[name]]
-
-        label = _label(get("gold_label"), labels, True, path, number, stats)
-        if label is not None:
-            example = _example(*_pair_tokens(get, tokenizer), label, number, lowercase, stats)
-            if example is not None:
-                yield example
+    """:func:`read_nli` of a ``.txt`` file (or GLUE MNLI ``.tsv``)."""
+    return read_nli(path, "txt", labels, tokenizer, lowercase, stats)
 
 
 def read_scitail_tsv(path: str | os.PathLike, lowercase: bool = False,
@@ -531,14 +558,9 @@ class NLIDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()
         ds = self.datasets[split]
-        trainer = self.trainer
-        sampler = BucketBatchSampler(
-            ds.bucket_keys(), self.batch_size, shuffle=shuffle, seed=self.seed,
-            num_replicas=trainer.world_size if trainer else 1,
-            rank=trainer.global_rank if trainer else 0)
-        return DataLoader(ds, batch_sampler=sampler, num_workers=self.num_workers,
-                          collate_fn=partial(collate_pairs, ds, pad_id=self.pad_id),
-                          persistent_workers=self.num_workers > 0)
+        return bucketed_loader(ds, ds.bucket_keys(), self.batch_size,
+                               partial(collate_pairs, ds, pad_id=self.pad_id), shuffle=shuffle,
+                               seed=self.seed, num_workers=self.num_workers, trainer=self.trainer)
 
     def _loaders(self, splits: tuple[str, ...]) -> DataLoader | list[DataLoader]:
         loaders = [self._loader(s, shuffle=False) for s in splits]
@@ -554,7 +576,26 @@ class NLIDataModule(L.LightningDataModule):
         return self._loaders(self.test_splits)
 
 
-class SNLIDataModule(NLIDataModule):
+class SNLIFormatDataModule(NLIDataModule):
+    """What SNLI and MultiNLI share: files published in both of SNLI's formats (``format``
+    "jsonl" or "txt", read by :func:`read_nli` with SNLI's labels and its "-"), named
+    ``published[split]`` with ``{format}`` for the ending unless a ``<split>_file``
+    argument names another file."""
+
+    published: ClassVar[dict[str, str]] = {}  # split -> published file name
+
+    def use_files(self, format: NLIFormat, given: Mapping[str, str | None]) -> None:
+        """Set ``format`` and ``files``: the ``given`` names, else the published ones."""
+        _format_rows(format, type(self).__name__.removesuffix("DataModule"))
+        self.format = format
+        self.files = {split: given.get(split) or name.format(format=format)
+                      for split, name in self.published.items()}
+
+    def read(self, path: Path, stats: ReadStats) -> Iterator[NLIExample]:
+        return read_nli(path, self.format, SNLI_LABELS, self.tokenizer, self.lowercase, stats)
+
+
+class SNLIDataModule(SNLIFormatDataModule):
     """SNLI 1.0 (570K pairs; train / dev / test).  ``format`` picks the published
     ``.jsonl`` or ``.txt`` files; ``train_file``, ``val_file``, ``test_file`` override their
     names (e.g. all three = the shared dev prefix for a smoke run).  Other arguments: see
@@ -564,23 +605,16 @@ class SNLIDataModule(NLIDataModule):
     shared_folder = "snli"
     url = "https://nlp.stanford.edu/projects/snli/snli_1.0.zip"
     archive_folder = "snli_1.0"
+    published = {"train": "snli_1.0_train.{format}", "val": "snli_1.0_dev.{format}",
+                 "test": "snli_1.0_test.{format}"}
 
-    def __init__(self, format: Literal["jsonl", "txt"] = "jsonl", train_file: str | None = None,
+    def __init__(self, format: NLIFormat = "jsonl", train_file: str | None = None,
                  val_file: str | None = None, test_file: str | None = None, **kwargs):
         super().__init__(**kwargs)
-        if format not in ("jsonl", "txt"):
-            raise ValueError(f"SNLI format must be 'jsonl' or 'txt', got {format!r}")
-        self.format = format
-        self.files = {"train": train_file or f"snli_1.0_train.{format}",
-                      "val": val_file or f"snli_1.0_dev.{format}",
-                      "test": test_file or f"snli_1.0_test.{format}"}
-
-    def read(self, path: Path, stats: ReadStats) -> Iterator[NLIExample]:
-        reader = read_nli_jsonl if self.format == "jsonl" else read_nli_txt
-        return reader(path, SNLI_LABELS, self.tokenizer, self.lowercase, stats)
+        self.use_files(format, {"train": train_file, "val": val_file, "test": test_file})
 
 
-class MultiNLIDataModule(NLIDataModule):
+class MultiNLIDataModule(SNLIFormatDataModule):
     """MultiNLI 1.0 (393K training pairs).  Its test sets are unlabelled, so (as in the
     papers) it validates on dev_matched and tests on dev_matched AND dev_mismatched:
     ``test_dataloader`` returns [matched, mismatched] (``test_splits``) so a model can log
@@ -593,21 +627,16 @@ class MultiNLIDataModule(NLIDataModule):
     archive_folder = "multinli_1.0"
     val_splits = ("matched",)
     test_splits = ("matched", "mismatched")
+    published = {"train": "multinli_1.0_train.{format}",
+                 "matched": "multinli_1.0_dev_matched.{format}",
+                 "mismatched": "multinli_1.0_dev_mismatched.{format}"}
 
-    def __init__(self, format: Literal["jsonl", "txt"] = "jsonl", train_file: str | None = None,
+    def __init__(self, format: NLIFormat = "jsonl", train_file: str | None = None,
                  matched_file: str | None = None, mismatched_file: str | None = None,
                  **kwargs):
         super().__init__(**kwargs)
-        if format not in ("jsonl", "txt"):
-            raise ValueError(f"MultiNLI format must be 'jsonl' or 'txt', got {format!r}")
-        self.format = format
-        self.files = {"train": train_file or f"multinli_1.0_train.{format}",
-                      "matched": matched_file or f"multinli_1.0_dev_matched.{format}",
-                      "mismatched": mismatched_file or f"multinli_1.0_dev_mismatched.{format}"}
-
-    def read(self, path: Path, stats: ReadStats) -> Iterator[NLIExample]:
-        reader = read_nli_jsonl if self.format == "jsonl" else read_nli_txt
-        return reader(path, SNLI_LABELS, self.tokenizer, self.lowercase, stats)
+        self.use_files(format, {"train": train_file, "matched": matched_file,
+                                "mismatched": mismatched_file})
 
 
 class SciTailDataModule(NLIDataModule):
@@ -637,7 +666,8 @@ class SciTailDataModule(NLIDataModule):
     def read(self, path: Path, stats: ReadStats) -> Iterator[NLIExample]:
         if self.format == "tsv":
             return read_scitail_tsv(path, self.lowercase, stats)
-        return read_nli_jsonl(path, SCITAIL_SNLI_LABELS, self.tokenizer, self.lowercase, stats)
+        return read_nli(path, "jsonl", SCITAIL_SNLI_LABELS, self.tokenizer, self.lowercase,
+                        stats)
 
 
 class DialogueNLIDataModule(NLIDataModule):

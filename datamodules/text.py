@@ -38,8 +38,8 @@ from datamodules.common import (
     EOS,
     PAD,
     UNK,
-    BucketBatchSampler,
     Vocab,
+    bucketed_loader,
     cache_dir,
     extract_archive,
     fetch,
@@ -528,14 +528,9 @@ class TextDataModule(L.LightningDataModule):
         if split not in self.datasets:
             self.setup({"train": "fit", "val": "validate", "test": "test"}[split])
         data = self.datasets[split]
-        trainer = getattr(self, "trainer", None)
-        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer else (1, 0)
-        sampler = BucketBatchSampler(data.lengths,
-                                     self.batch_size, shuffle=shuffle, seed=self.seed,
-                                     num_replicas=replicas, rank=rank)
-        return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate_fn(),
-                          num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+        return bucketed_loader(data, data.lengths, self.batch_size, self.collate_fn(),
+                               shuffle=shuffle, seed=self.seed, num_workers=self.num_workers,
+                               trainer=getattr(self, "trainer", None))
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

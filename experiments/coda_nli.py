@@ -24,16 +24,11 @@ from datamodules.nli import (  # noqa: F401 - config class_path
     SciTailDataModule,
     SNLIDataModule,
 )
-from experiments.runner import Cell, Experiment, Grid
+from experiments.runner import Cell, Experiment, Grid, dataset_config
 from lit_models.decomp_att import DecompAtt
 
 LINKS = [("vocab_size", "vocab_size"), ("num_classes", "num_classes"), ("pad_id", "pad_id"),
          ("embeddings", "embeddings")]
-
-
-def dataset(name: str) -> list[str]:
-    """The override that merges dataset ``name``'s config of the grid config."""
-    return [f"--config={{config}}/{name}.yaml"]
 
 
 CODA = ["--model.attention=coda"]
@@ -64,8 +59,8 @@ EXPERIMENT = Experiment(
             name="table3",
             title="CoDA Table 3: DecompAtt vs. DecompAtt + CoDA, NLI test accuracy (%)",
             metrics={"Acc": "test/acc", "MNLI mm": "test/acc_mismatched"},
-            cells=[Cell(f"{name}-{mech}", dataset(name) + ([] if mech == "softmax" else CODA),
-                        paper[i])
+            cells=[Cell(f"{name}-{mech}",
+                        dataset_config(name) + ([] if mech == "softmax" else CODA), paper[i])
                    for name, paper in TABLE3.items()
                    for i, mech in enumerate(("softmax", "coda"))],
             note="MNLI: 'Acc' is dev matched, 'MNLI mm' dev mismatched (the test sets are "
@@ -76,7 +71,7 @@ EXPERIMENT = Experiment(
             name="table8",
             title="CoDA Table 8: centering of E and N, development accuracy (%)",
             metrics={"Dev acc": "val/acc_best"},
-            cells=[Cell(f"{name}-{center}", dataset(name) + CODA + args,
+            cells=[Cell(f"{name}-{center}", dataset_config(name) + CODA + args,
                         {"Dev acc": TABLE8[name][center]})
                    for name in TABLE8 for center, args in CENTERING.items()],
             note="Centering 'e': E <- E - mean(E) (Eq. 6); 'e_n': also N <- N - mean(N) "
@@ -88,8 +83,8 @@ EXPERIMENT = Experiment(
             title="CoDA Table 9 on SNLI: composition functions F_E(E) * F_N(N), development "
                   "accuracy (%)",
             metrics={"Dev acc": "val/acc_best"},
-            cells=[Cell(f"{e}-{n}", dataset("snli") + CODA + [f"--model.attention.e_fn={e}",
-                                                              f"--model.attention.n_fn={n}"],
+            cells=[Cell(f"{e}-{n}", dataset_config("snli") + CODA
+                        + [f"--model.attention.e_fn={e}", f"--model.attention.n_fn={n}"],
                         {"Dev acc": None})
                    for e, n in TABLE9_BLEU],
             note="The paper ran this ablation on IWSLT'15 En-Vi only (dev BLEU: "

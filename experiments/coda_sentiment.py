@@ -18,7 +18,7 @@ grid runs with ``--smoke`` alone.
 from datamodules.imdb import IMDbDataModule  # noqa: F401 - config class_path
 from datamodules.sst import SSTDataModule  # noqa: F401 - config class_path
 from datamodules.text import TextClassificationDataModule
-from experiments.runner import Cell, Experiment, Grid
+from experiments.runner import Cell, Experiment, Grid, dataset_config
 from lit_models.transformer import TransformerClassifier
 
 PAPER = {("imdb", "softmax"): 82.6, ("imdb", "coda"): 83.3,
@@ -37,7 +37,7 @@ EXPERIMENT = Experiment(
             title="CoDA Table 5: sentiment analysis, test accuracy (%)",
             metrics={"Acc": "test/accuracy"},
             cells=[Cell(f"{data}-{ROWS[attention]}",
-                        [f"--config={{config}}/{data}.yaml", f"--model.attention={attention}"],
+                        dataset_config(data) + [f"--model.attention={attention}"],
                         {"Acc": number})
                    for (data, attention), number in PAPER.items()],
             note="Paper: tensor2tensor, transformer_tiny, problems sentiment_imdb (8K subwords, "

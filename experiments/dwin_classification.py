@@ -23,7 +23,7 @@ from datamodules.imdb import IMDbDataModule  # noqa: F401 - config class_path
 from datamodules.sst import SSTDataModule  # noqa: F401 - config class_path
 from datamodules.sva import SVADataModule  # noqa: F401 - config class_path
 from datamodules.text import TextClassificationDataModule
-from experiments.runner import Cell, Experiment, Grid
+from experiments.runner import Cell, Experiment, Grid, dataset_config
 from lit_models.transformer import TransformerClassifier
 
 # row -> (the paper's name, attention flags); the grid config puts the attention in layer 1
@@ -56,7 +56,7 @@ EXPERIMENT = Experiment(
             name="table5",
             title="Differentiable Window Table 5: classification, test accuracy (%)",
             metrics={"Acc": "test/accuracy"},
-            cells=[Cell(f"{data}-{row}", [f"--config={{config}}/{data}.yaml", *flags],
+            cells=[Cell(f"{data}-{row}", dataset_config(data) + flags,
                         {"Acc": PAPER[row][i]})
                    for i, data in enumerate(DATASETS) for row, (_, flags) in ROWS.items()],
             note="Rows: " + "; ".join(f"{row} = {name}" for row, (name, _) in ROWS.items())

@@ -50,12 +50,19 @@ class Cell:
     ``{config}`` in an argument stands for the grid config's path without ``.yaml``, so a
     cell can merge a config file of its own for each grid config (a table column on another
     dataset): ``--config={config}/sst.yaml`` reads ``configs/<name>/paper/sst.yaml`` under
-    ``--config paper`` and ``configs/<name>/smoke/sst.yaml`` under ``--smoke``.
+    ``--config paper`` and ``configs/<name>/smoke/sst.yaml`` under ``--smoke``.  Write it
+    as ``dataset_config("sst")``, the one way a cell says which dataset it runs on.
     """
 
     name: str
     args: list[str] = field(default_factory=list)
     paper: dict[str, float | None] = field(default_factory=dict)
+
+
+def dataset_config(name: str) -> list[str]:
+    """The override that merges dataset ``name``'s config of the grid config
+    (``configs/<experiment>/<config>/<name>.yaml``; see :class:`Cell`)."""
+    return [f"--config={{config}}/{name}.yaml"]
 
 
 @dataclass
@@ -69,6 +76,8 @@ class Grid:
     scale: float = 100.0  # logged fraction -> the paper's units (percent)
     note: str = ""
     goal: str = "maximize"  # of the first metric, for the W&B sweep ("minimize": perplexity)
+    #: the validation metric whose learning curve ``report --curve`` tabulates per step
+    curve: str | None = None
 
     def cell(self, name: str) -> Cell:
         for c in self.cells:
@@ -451,12 +460,65 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
     return "\n".join(lines)
 
 
+def learning_curves(experiment: Experiment, grid: Grid, config: str
+                    ) -> dict[str, dict[int, list[float]]]:
+    """cell -> optimiser step -> the grid's ``curve`` metric at that step (in the paper's
+    units) over the seeds found in the CSV logs.  Steps are counted as optimiser steps done
+    (Lightning logs validation at step - 1)."""
+    if grid.curve is None:
+        raise SystemExit(f"grid {grid.name!r} names no learning-curve metric (Grid.curve)")
+    root = runs_root() / experiment.name / f"{grid.name}-{config}"
+    out: dict[str, dict[int, list[float]]] = {}
+    for cell in grid.cells:
+        steps: dict[int, list[float]] = {}
+        for run_dir in sorted(root.glob(f"{cell.name}-seed*")):
+            path = run_dir / "metrics.csv"
+            if not run_dir.name[len(cell.name) + 5:].isdigit() or not path.exists():
+                continue
+            with open(path) as f:
+                for row in csv.DictReader(f):
+                    if row.get(grid.curve) not in (None, ""):
+                        step = int(row["step"]) + 1
+                        steps.setdefault(step, []).append(float(row[grid.curve]) * grid.scale)
+        out[cell.name] = steps
+    return out
+
+
+def format_curves(experiment: Experiment, grid: Grid, config: str) -> str:
+    """The learning curves as a markdown table: one row per step, one column per cell
+    (mean over seeds, with n when seeds differ)."""
+    curves = learning_curves(experiment, grid, config)
+    steps = sorted({s for c in curves.values() for s in c})
+    lines = [f"### {grid.title}: learning curves, {grid.curve}",
+             f"{experiment.name} grid {grid.name}, config {config}", "",
+             "| step | " + " | ".join(curves) + " |", "|---" * (len(curves) + 1) + "|"]
+    for step in steps:
+        row = []
+        for values in (curves[c].get(step) for c in curves):
+            if not values:
+                row.append("-")
+            else:
+                row.append(f"{sum(values) / len(values):.2f}"
+                           + (f" (n={len(values)})" if len(values) > 1 else ""))
+        lines.append(f"| {step} | " + " | ".join(row) + " |")
+    if not steps:
+        lines.append("| (no validation logged yet) |" + " |" * len(curves))
+    return "\n".join(lines)
+
+
 def print_report(experiment: Experiment, argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog=f"{experiment.name}.py report")
     p.add_argument("grid", nargs="?", default=None)
     p.add_argument("--config", default="paper")
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--curve", action="store_true",
+                   help="also print the validation learning curves (grids that name one)")
     args = p.parse_args(argv)
     config = "smoke" if args.smoke else args.config
     grids = [experiment.grid(args.grid)] if args.grid else list(experiment.grids.values())
-    print("\n\n".join(format_report(experiment, g, config) for g in grids))
+    parts = []
+    for g in grids:
+        parts.append(format_report(experiment, g, config))
+        if args.curve and g.curve is not None:
+            parts.append(format_curves(experiment, g, config))
+    print("\n\n".join(parts))

@@ -10,12 +10,27 @@ flags of :func:`layer_mechanisms` put a mechanism into the lowest ``layers`` lay
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from attention import Mechanism, MultiHeadAttention, build
 from attention.softmax import softmax
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """The sizes and regularisation every block of one model shares (passed to every module,
+    as nanoGPT's GPTConfig).  The LightningModules build it from their flat settings
+    (lit_models.transformer.Transformer)."""
+
+    d_model: int = 128
+    n_heads: int = 4
+    d_ff: int = 512
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    pad_id: int = 0
 
 
 def layer_mechanisms(mechanism: Mechanism, n_layers: int, layers: int | None) -> list[Mechanism]:
@@ -40,14 +55,15 @@ def sinusoid_positions(length: int, dim: int, device=None) -> Tensor:
 class Embedding(nn.Module):
     """Token embedding scaled by sqrt(d) plus sinusoidal positions, then dropout."""
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int, dropout: float):
+    def __init__(self, vocab_size: int, config: TransformerConfig):
         super().__init__()
+        d_model, pad_id = config.d_model, config.pad_id
         self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         nn.init.normal_(self.tokens.weight, std=d_model**-0.5)
         with torch.no_grad():
             self.tokens.weight[pad_id].zero_()
         self.scale = math.sqrt(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, ids: Tensor) -> Tensor:  # (B,L) -> (B,L,D)
         x = self.tokens(ids) * self.scale
@@ -55,20 +71,23 @@ class Embedding(nn.Module):
 
 
 class FeedForward(nn.Sequential):
-    def __init__(self, d_model: int, d_ff: int, dropout: float):
-        super().__init__(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout),
-                         nn.Linear(d_ff, d_model))
+    def __init__(self, config: TransformerConfig):
+        super().__init__(nn.Linear(config.d_model, config.d_ff), nn.ReLU(),
+                         nn.Dropout(config.dropout), nn.Linear(config.d_ff, config.d_model))
+
+
+def _attention(config: TransformerConfig, mechanism: Mechanism, self_attention: bool):
+    return MultiHeadAttention(config.d_model, config.n_heads, mechanism,
+                              dropout=config.attention_dropout, self_attention=self_attention)
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, mechanism: Mechanism,
-                 dropout: float, attention_dropout: float):
+    def __init__(self, config: TransformerConfig, mechanism: Mechanism):
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, mechanism,
-                                            dropout=attention_dropout, self_attention=True)
-        self.ff = FeedForward(d_model, d_ff, dropout)
-        self.dropout = nn.Dropout(dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(config.d_model), nn.LayerNorm(config.d_model)
+        self.self_attn = _attention(config, mechanism, self_attention=True)
+        self.ff = FeedForward(config)
+        self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False):
         h = self.norm1(x)
@@ -82,20 +101,17 @@ class DecoderLayer(nn.Module):
     """Causal self-attention, then cross-attention over the memory (omitted in a language
     model), then the feed-forward block."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, self_mechanism: Mechanism,
-                 cross_mechanism: Mechanism | None, dropout: float, attention_dropout: float):
+    def __init__(self, config: TransformerConfig, self_mechanism: Mechanism,
+                 cross_mechanism: Mechanism | None):
         super().__init__()
-        self.norm1, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, self_mechanism,
-                                            dropout=attention_dropout, self_attention=True)
+        self.norm1, self.norm3 = nn.LayerNorm(config.d_model), nn.LayerNorm(config.d_model)
+        self.self_attn = _attention(config, self_mechanism, self_attention=True)
         self.cross_attn = None
         if cross_mechanism is not None:
-            self.norm2 = nn.LayerNorm(d_model)
-            self.cross_attn = MultiHeadAttention(d_model, n_heads, cross_mechanism,
-                                                 dropout=attention_dropout,
-                                                 self_attention=False)
-        self.ff = FeedForward(d_model, d_ff, dropout)
-        self.dropout = nn.Dropout(dropout)
+            self.norm2 = nn.LayerNorm(config.d_model)
+            self.cross_attn = _attention(config, cross_mechanism, self_attention=False)
+        self.ff = FeedForward(config)
+        self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, y: Tensor, y_mask: Tensor | None, memory: Tensor | None = None,
                 memory_mask: Tensor | None = None, need_weights: bool = False):
@@ -114,15 +130,14 @@ class DecoderLayer(nn.Module):
 class Encoder(nn.Module):
     """Embedding, ``n_layers`` encoder layers, final layer norm."""
 
-    def __init__(self, vocab_size: int, d_model: int, n_heads: int, d_ff: int, n_layers: int,
-                 mechanism: Mechanism | str, attention_layers: int | None, pad_id: int,
-                 dropout: float, attention_dropout: float):
+    def __init__(self, vocab_size: int, n_layers: int, mechanism: Mechanism | str,
+                 attention_layers: int | None, config: TransformerConfig):
         super().__init__()
-        self.embed = Embedding(vocab_size, d_model, pad_id, dropout)
+        self.embed = Embedding(vocab_size, config)
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, m, dropout, attention_dropout)
+            EncoderLayer(config, m)
             for m in layer_mechanisms(build(mechanism), n_layers, attention_layers))
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(config.d_model)
 
     def forward(self, ids: Tensor, mask: Tensor, need_weights: bool = False):
         x = self.embed(ids)
@@ -138,20 +153,17 @@ class Decoder(nn.Module):
     ``cross_mechanism`` is given), final layer norm and the output projection (tied to
     the embedding when ``tie_output``)."""
 
-    def __init__(self, vocab_size: int, d_model: int, n_heads: int, d_ff: int, n_layers: int,
-                 self_mechanism: Mechanism | str, cross_mechanism: Mechanism | str | None,
-                 attention_layers: int | None, pad_id: int, dropout: float,
-                 attention_dropout: float, tie_output: bool = True):
+    def __init__(self, vocab_size: int, n_layers: int, self_mechanism: Mechanism | str,
+                 cross_mechanism: Mechanism | str | None, attention_layers: int | None,
+                 config: TransformerConfig, tie_output: bool = True):
         super().__init__()
-        self.embed = Embedding(vocab_size, d_model, pad_id, dropout)
+        self.embed = Embedding(vocab_size, config)
         selfs = layer_mechanisms(build(self_mechanism), n_layers, attention_layers)
         crosses = (layer_mechanisms(build(cross_mechanism), n_layers, attention_layers)
                    if cross_mechanism is not None else [None] * n_layers)
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, s, c, dropout, attention_dropout)
-            for s, c in zip(selfs, crosses))
-        self.norm = nn.LayerNorm(d_model)
-        self.out = nn.Linear(d_model, vocab_size, bias=False)
+        self.layers = nn.ModuleList(DecoderLayer(config, s, c) for s, c in zip(selfs, crosses))
+        self.norm = nn.LayerNorm(config.d_model)
+        self.out = nn.Linear(config.d_model, vocab_size, bias=False)
         if tie_output:
             self.out.weight = self.embed.tokens.weight
 

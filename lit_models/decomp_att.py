@@ -36,14 +36,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from attention import Mechanism
+from attention import Mechanism, build
 from attention.masking import check_mask, masked_softmax
 from attention.softmax import softmax
 from lit_models.base import AttnReproModule
@@ -138,12 +138,16 @@ class DecompAttNet(nn.Module):
     member with its own projection E -> hidden; None: a trained embedding per member.
     ``condition_classes`` > 0 adds a learned embedding of a class label concatenated to
     [v1; v2] before H (the inference network q(c|y,a,b) of the latent mixture sees y so).
+    ``attend`` is the F of Eq. 3 whose outputs the alignment compares: ``"mlp"``, Parikh
+    et al.'s two ReLU layers (outputs >= 0), or ``"linear"``, one linear map without bias
+    after dropout (signed outputs; CoDA's "linear projection" F_E = F_N).
     """
 
     def __init__(self, vocab_size: int, num_outputs: int, *, members: int = 1, pad_id: int = 0,
                  vectors: Tensor | None = None, hidden: int = 200, dropout: float = 0.2,
                  intra: bool = False, max_distance: int = 10,
-                 attention: Mechanism | None = None, condition_classes: int = 0):
+                 attention: Mechanism | None = None, condition_classes: int = 0,
+                 attend: Literal["mlp", "linear"] = "mlp"):
         super().__init__()
         if members < 1:
             raise ValueError(f"members must be at least 1, got {members}")
@@ -162,7 +166,9 @@ class DecompAttNet(nn.Module):
         self.intra = (IntraAttention(members, hidden, hidden, dropout, max_distance) if intra
                       else None)
         d_in = 2 * hidden if intra else hidden  # a_bar = [a; a'] with intra-attention
-        self.attend = StackedMLP(members, d_in, hidden, hidden, dropout)  # F
+        self.attend = (StackedMLP(members, d_in, hidden, hidden, dropout) if attend == "mlp"
+                       else nn.Sequential(nn.Dropout(dropout),
+                                          StackedLinear(members, d_in, hidden, bias=False)))  # F
         # one alignment core when it has no parameters (the members fold into its batch),
         # else one per member
         core = attention.alignment(dim=hidden)
@@ -311,6 +317,31 @@ class DecompAtt(AttnReproModule):
         dropout: dropout before each MLP layer (0.2).
         intra: intra-sentence attention (Eq. 9-10); ``max_distance``: its last own bucket.
         attention: the alignment mechanism (any that supports pairwise alignment).
+        coda_features: with the CoDA alignment, what F_E = F_N of Eq. 1-2 is (shared, as
+            the paper allows: "F_E(.) is a parameterized function such as a linear/nonlinear
+            projection ... we may share parameters of F_E(.) and F_N(.)"): ``"linear"``
+            (default), a linear map without bias of a_bar, so that E = F_E(a_i) . F_E(b_j)
+            takes both signs and tanh(E) can subtract ("de-attend", the point of CoDA);
+            ``"mlp"``, Parikh et al.'s attend network F, whose final ReLU makes every feature
+            >= 0 and so E >= 0: tanh(E) is never negative (the behaviour before this flag).
+            Removing only F's final ReLU does not help: the hidden ReLU's positive mean gives
+            all words one shared direction, and E stayed positive for every SNLI word pair
+            measured at initialisation.
+        coda_distance: with the CoDA alignment, N = -beta * D where D is ``"mean"``
+            (default) the mean absolute difference per feature, ||F_N(a_i) - F_N(b_j)||_1 /
+            hidden, or ``"sum"`` the L1 norm itself (Eq. 2 with beta as set).  The paper
+            leaves beta to the user ("a scaling constant").  At its d = 200 the L1 norm is
+            large: measured on SNLI at initialisation (hidden 200, trained embeddings),
+            sigmoid(N) is below 0.05 for every word pair but identical words (whose N is 0),
+            its mean 0.024, so every gate is closed and M ~ 0 until learning shrinks the
+            features.  Divided by the feature size, N stays of the order of one feature's
+            difference for any ``hidden`` (mean sigmoid(N) 0.35 at initialisation,
+            no pair saturated; tests/test_decomp_att.py).  The plain L1 norm with N centred
+            (``coda_distance="sum"``, ``--model.attention.gate centered``) is the setting
+            whose trained histograms look like the paper's Figure 2 (sigmoid(N) saturated
+            at 0 and 1; notebooks/coda_fig2.ipynb); it is not the default because Table 8
+            treats centering as an ablation of the base CoDA.  Both flags are ignored for
+            other mechanisms.
         lr, weight_decay, betas: Adam(W).
         plot_pairs: validation pairs drawn as heat maps to W&B (0: none).
     """
@@ -327,6 +358,8 @@ class DecompAtt(AttnReproModule):
         intra: bool = False,
         max_distance: int = 10,
         attention: Mechanism = softmax(),  # noqa: B008 - an immutable flag value
+        coda_features: Literal["linear", "mlp"] = "linear",
+        coda_distance: Literal["mean", "sum"] = "mean",
         lr: float = 1e-3,
         weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999),
@@ -341,6 +374,10 @@ class DecompAtt(AttnReproModule):
                 raise ValueError(f"{name} must be at least {least}, got {value}")
         if not 0 <= dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        for name, value, allowed in (("coda_features", coda_features, ("linear", "mlp")),
+                                     ("coda_distance", coda_distance, ("mean", "sum"))):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
         if embeddings is not None:
             if pretrained_dim is not None and pretrained_dim != embeddings.shape[-1]:
                 raise ValueError(f"pretrained_dim={pretrained_dim} but the embeddings are "
@@ -348,11 +385,17 @@ class DecompAtt(AttnReproModule):
             self.hparams["pretrained_dim"] = int(embeddings.shape[-1])  # for load_from_checkpoint
         elif pretrained_dim is not None:  # a checkpoint's vectors: its state dict fills them
             embeddings = torch.zeros(vocab_size, pretrained_dim)
+        attention = build(attention)  # a config dict when forwarded through **kwargs
         self.mechanisms = {"alignment": attention}
         self.num_classes, self.plot_pairs = num_classes, plot_pairs
+        coda = attention.name == "coda"
+        if coda and coda_distance == "mean":  # N = -beta * ||.||_1 / hidden
+            attention = build(attention.name, **{**attention.options(),
+                                                 "beta": attention.beta / hidden})
         self.net_settings = dict(vocab_size=vocab_size, pad_id=pad_id, hidden=hidden,
                                  dropout=dropout, intra=intra, max_distance=max_distance,
-                                 attention=attention)
+                                 attention=attention,
+                                 attend="linear" if coda and coda_features == "linear" else "mlp")
         self.net = self.build_net(num_classes, embeddings, members=self.n_members)
         self.accuracy = nn.ModuleDict()  # "<stage>_<dataloader>" -> MulticlassAccuracy
         self._plot_batch: dict[str, Tensor] | None = None

@@ -11,72 +11,115 @@ CoDA Table 6 is ``--model.attention coda``; Differentiable Window's Enc(AW)-Dec(
 :class:`TransformerLM` (a decoder without cross-attention) have one attention module each,
 set by ``attention``; ``attention_layers`` works the same way (Differentiable Window Table 5:
 the window in layer 1 of 2).
+
+The settings the three share (sizes, dropout, the attention flag, label smoothing, the
+optimiser) are written once, in :class:`Transformer`; each model adds its own and forwards
+the rest (``**settings``), so the CLI keys stay flat (``--model.d_model 256``) and the
+models cannot drift apart.  Every forward returns one :class:`Output` (logits, weights or
+None).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from attention import Mechanism
+from attention import Mechanism, build
 from attention.masking import masked_max, masked_mean
 from attention.softmax import softmax
 from lit_models.base import AttnReproModule
-from lit_models.blocks import Decoder, Encoder
+from lit_models.blocks import Decoder, Encoder, TransformerConfig
 from lit_models.decoding import greedy_decode
 from lit_models.metrics import Perplexity, SequenceExactMatch
 
 
-class TransformerSeq2Seq(AttnReproModule):
+class Output(NamedTuple):
+    """What every Transformer's forward returns."""
+
+    logits: Tensor
+    #: per module ("encoder", "decoder"), the per-layer attention weights; None unless asked
+    weights: dict[str, list] | None
+
+
+class Transformer(AttnReproModule):
+    """The settings every Transformer of the suite shares, written once.
+
+    Sizes (tensor2tensor's transformer_tiny by default): ``d_model``, ``n_heads``, ``d_ff``;
+    ``dropout`` (residual, embedding and feed-forward) and ``attention_dropout``; ``pad_id``;
+    ``attention``, the mechanism of every attention module, in the lowest
+    ``attention_layers`` layers (None: all; softmax above); ``label_smoothing`` of the
+    training loss; the optimiser (Adam(W) with ``betas`` and ``weight_decay``, peak ``lr``,
+    ``schedule`` with ``warmup_steps``: see lit_models.base).  Subclasses take their own
+    arguments and forward these as keywords."""
+
+    def __init__(
+        self,
+        pad_id: int = 0,
+        d_model: int = 128,
+        n_heads: int = 4,
+        d_ff: int = 512,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.1,
+        attention: Mechanism = softmax(),  # noqa: B008 - an immutable flag value
+        attention_layers: int | None = None,
+        label_smoothing: float = 0.0,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        schedule: Literal["constant", "inverse_sqrt", "linear"] = "inverse_sqrt",
+        warmup_steps: int = 1000,
+        betas: tuple[float, float] = (0.9, 0.98),
+    ):
+        super().__init__(lr=lr, weight_decay=weight_decay, schedule=schedule,
+                         warmup_steps=warmup_steps, betas=betas)
+        if not 0 <= label_smoothing < 1:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        # called here, it records the subclass's arguments as well (its frame is below)
+        self.save_hyperparameters()
+        # LightningCLI hands flags forwarded through **settings over as their config dicts
+        self.attention = build(attention)
+        self.config = TransformerConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff,
+                                        dropout=dropout, attention_dropout=attention_dropout,
+                                        pad_id=pad_id)
+
+
+class TransformerSeq2Seq(Transformer):
     """Encoder-decoder Transformer (Vaswani et al. 2017) for transduction tasks.
 
     Batches: src (B,Ls), src_mask, tgt_in (B,Lt) starting with bos, tgt_out (B,Lt) ending
     with eos, tgt_mask.  Logs loss and per-sequence exact match of greedy decoding on
-    validation and test.
+    validation and test.  Besides the shared settings (:class:`Transformer`):
+    ``encoder_attention``, ``decoder_attention`` and ``cross_attention`` override
+    ``attention`` per module.
     """
 
     def __init__(
         self,
         src_vocab_size: int,
         tgt_vocab_size: int,
-        pad_id: int = 0,
         bos_id: int = 2,
         eos_id: int = 3,
-        d_model: int = 128,
-        n_heads: int = 4,
-        d_ff: int = 512,
         n_encoder_layers: int = 2,
         n_decoder_layers: int = 2,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.1,
-        attention: Mechanism = softmax(),  # noqa: B008 - an immutable flag value
         encoder_attention: Mechanism | None = None,
         decoder_attention: Mechanism | None = None,
         cross_attention: Mechanism | None = None,
-        attention_layers: int | None = None,
         share_embeddings: bool = False,
-        label_smoothing: float = 0.1,
         max_decode_len: int = 10,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        schedule: str = "inverse_sqrt",
-        warmup_steps: int = 1000,
+        **settings,
     ):
-        super().__init__(lr=lr, weight_decay=weight_decay, schedule=schedule,
-                         warmup_steps=warmup_steps)
-        self.save_hyperparameters()
-        self.mechanisms = {"encoder": encoder_attention or attention,
-                           "decoder": decoder_attention or attention,
-                           "cross": cross_attention or attention}
-        self.encoder = Encoder(src_vocab_size, d_model, n_heads, d_ff, n_encoder_layers,
-                               self.mechanisms["encoder"], attention_layers, pad_id, dropout,
-                               attention_dropout)
-        self.decoder = Decoder(tgt_vocab_size, d_model, n_heads, d_ff, n_decoder_layers,
-                               self.mechanisms["decoder"], self.mechanisms["cross"],
-                               attention_layers, pad_id, dropout, attention_dropout)
+        super().__init__(**settings)
+        self.mechanisms = {name: self.attention if flag is None else build(flag)
+                           for name, flag in (("encoder", encoder_attention),
+                                              ("decoder", decoder_attention),
+                                              ("cross", cross_attention))}
+        layers, config = self.hparams.attention_layers, self.config
+        self.encoder = Encoder(src_vocab_size, n_encoder_layers, self.mechanisms["encoder"],
+                               layers, config)
+        self.decoder = Decoder(tgt_vocab_size, n_decoder_layers, self.mechanisms["decoder"],
+                               self.mechanisms["cross"], layers, config)
         if share_embeddings:
             if src_vocab_size != tgt_vocab_size:
                 raise ValueError("share_embeddings needs one vocabulary for source and target")
@@ -84,11 +127,11 @@ class TransformerSeq2Seq(AttnReproModule):
         self.val_exact = SequenceExactMatch(eos_id)
         self.test_exact = SequenceExactMatch(eos_id)
 
-    def forward(self, src, src_mask, tgt_in, tgt_mask=None, need_weights=False):
-        """Teacher-forced logits (B,Lt,V) (and attention weights when asked)."""
+    def forward(self, src, src_mask, tgt_in, tgt_mask=None, need_weights=False) -> Output:
+        """Teacher-forced logits (B,Lt,V); the weights of every layer when asked."""
         memory, enc_w = self.encoder(src, src_mask, need_weights)
         logits, dec_w = self.decoder(tgt_in, tgt_mask, memory, src_mask, need_weights)
-        return (logits, {"encoder": enc_w, "decoder": dec_w}) if need_weights else logits
+        return Output(logits, {"encoder": enc_w, "decoder": dec_w} if need_weights else None)
 
     def loss(self, logits, batch, smoothing: float):
         return F.cross_entropy(logits.transpose(1, 2), batch["tgt_out"],
@@ -107,7 +150,7 @@ class TransformerSeq2Seq(AttnReproModule):
                              src.device)
 
     def training_step(self, batch, batch_idx):
-        logits = self(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"])
+        logits = self(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"]).logits
         loss = self.loss(logits, batch, self.hparams.label_smoothing)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["src"].shape[0])
         self.log("train/lr", self.optimizers().param_groups[0]["lr"])
@@ -115,7 +158,7 @@ class TransformerSeq2Seq(AttnReproModule):
 
     def _evaluate(self, batch, stage: str, metric: SequenceExactMatch):
         bsz = batch["src"].shape[0]
-        logits = self(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"])
+        logits = self(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"]).logits
         self.log(f"{stage}/loss", self.loss(logits, batch, 0.0), batch_size=bsz, sync_dist=True)
         pred = self.generate(batch["src"], batch["src_mask"],
                              max_len=batch["tgt_out"].shape[1])
@@ -129,7 +172,7 @@ class TransformerSeq2Seq(AttnReproModule):
         self._evaluate(batch, "test", self.test_exact)
 
 
-class TransformerClassifier(AttnReproModule):
+class TransformerClassifier(Transformer):
     """Transformer encoder, pooling, linear classifier: sentence and document classification
     (CoDA Table 5, Differentiable Window Table 5; both papers use tensor2tensor's
     transformer_tiny: 2 layers, 4 heads, 128 hidden, 512 feed-forward).
@@ -144,34 +187,19 @@ class TransformerClassifier(AttnReproModule):
         self,
         vocab_size: int,
         num_classes: int,
-        pad_id: int = 0,
-        d_model: int = 128,
-        n_heads: int = 4,
-        d_ff: int = 512,
         n_layers: int = 2,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.1,
-        attention: Mechanism = softmax(),  # noqa: B008 - an immutable flag value
-        attention_layers: int | None = None,
         pooling: Literal["mean", "max", "first"] = "mean",
-        label_smoothing: float = 0.0,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        schedule: Literal["constant", "inverse_sqrt", "linear"] = "inverse_sqrt",
-        warmup_steps: int = 1000,
-        betas: tuple[float, float] = (0.9, 0.98),
+        **settings,
     ):
-        super().__init__(lr=lr, weight_decay=weight_decay, schedule=schedule,
-                         warmup_steps=warmup_steps, betas=betas)
         if pooling not in ("mean", "max", "first"):
             raise ValueError(f"pooling must be 'mean', 'max' or 'first', got {pooling!r}")
         if num_classes < 2:
             raise ValueError(f"num_classes must be at least 2, got {num_classes}")
-        self.save_hyperparameters()
-        self.mechanisms = {"encoder": attention}
-        self.encoder = Encoder(vocab_size, d_model, n_heads, d_ff, n_layers, attention,
-                               attention_layers, pad_id, dropout, attention_dropout)
-        self.classifier = nn.Linear(d_model, num_classes)
+        super().__init__(**settings)
+        self.mechanisms = {"encoder": self.attention}
+        self.encoder = Encoder(vocab_size, n_layers, self.attention,
+                               self.hparams.attention_layers, self.config)
+        self.classifier = nn.Linear(self.config.d_model, num_classes)
         self.train_accuracy = MulticlassAccuracy(num_classes, average="micro")
         self.val_accuracy = MulticlassAccuracy(num_classes, average="micro")
         self.test_accuracy = MulticlassAccuracy(num_classes, average="micro")
@@ -184,14 +212,14 @@ class TransformerClassifier(AttnReproModule):
             return masked_max(h, mask[..., None], dim=1)
         return masked_mean(h, mask[..., None], dims=(1,)).squeeze(1)
 
-    def forward(self, tokens: Tensor, mask: Tensor, need_weights: bool = False):
-        """Class logits (B,C) (and the encoder's per-layer attention weights when asked)."""
+    def forward(self, tokens: Tensor, mask: Tensor, need_weights: bool = False) -> Output:
+        """Class logits (B,C); the encoder's per-layer attention weights when asked."""
         h, weights = self.encoder(tokens, mask, need_weights)  # (B,L,D)
         logits = self.classifier(self.pool(h, mask))  # (B,C)
-        return (logits, {"encoder": weights}) if need_weights else logits
+        return Output(logits, {"encoder": weights} if need_weights else None)
 
     def _step(self, batch, stage: str, smoothing: float) -> Tensor:
-        logits = self(batch["tokens"], batch["mask"])
+        logits = self(batch["tokens"], batch["mask"]).logits
         loss = F.cross_entropy(logits, batch["label"], label_smoothing=smoothing)
         bsz = batch["tokens"].shape[0]
         metric = getattr(self, f"{stage}_accuracy")
@@ -213,54 +241,41 @@ class TransformerClassifier(AttnReproModule):
         self._step(batch, "test", 0.0)
 
 
-class TransformerLM(AttnReproModule):
+class TransformerLM(Transformer):
     """Decoder-only Transformer language model (Differentiable Window Table 6: the decoder of
     the MT model, causal self-attention and no cross-attention).
 
     Batches: tokens (B,L) = <s> w1 .. wn, targets (B,L) = w1 .. wn </s>, mask (B,L) True at
     real target positions.  ``attention`` is the decoder's self-attention, in the lowest
-    ``attention_layers`` layers (None: all).  Logs the mean NLL per real target token as
-    loss, and on val/test the perplexity exp(total NLL / number of real target tokens) over
-    the whole split (:class:`lit_models.metrics.Perplexity`).
+    ``attention_layers`` layers (None: all); ``tie_output`` ties the output projection to
+    the embedding.  Logs the mean NLL per real target token as loss, and on val/test the
+    perplexity exp(total NLL / number of real target tokens) over the whole split
+    (:class:`lit_models.metrics.Perplexity`).
     """
 
     def __init__(
         self,
         vocab_size: int,
-        pad_id: int = 0,
-        d_model: int = 128,
-        n_heads: int = 4,
-        d_ff: int = 512,
         n_layers: int = 2,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.1,
-        attention: Mechanism = softmax(),  # noqa: B008 - an immutable flag value
-        attention_layers: int | None = None,
         tie_output: bool = True,
-        label_smoothing: float = 0.0,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        schedule: Literal["constant", "inverse_sqrt", "linear"] = "inverse_sqrt",
-        warmup_steps: int = 1000,
-        betas: tuple[float, float] = (0.9, 0.98),
+        **settings,
     ):
-        super().__init__(lr=lr, weight_decay=weight_decay, schedule=schedule,
-                         warmup_steps=warmup_steps, betas=betas)
-        self.save_hyperparameters()
-        self.mechanisms = {"decoder": attention}
-        self.decoder = Decoder(vocab_size, d_model, n_heads, d_ff, n_layers, attention, None,
-                               attention_layers, pad_id, dropout, attention_dropout,
+        super().__init__(**settings)
+        self.mechanisms = {"decoder": self.attention}
+        self.decoder = Decoder(vocab_size, n_layers, self.attention, None,
+                               self.hparams.attention_layers, self.config,
                                tie_output=tie_output)
         self.val_perplexity, self.test_perplexity = Perplexity(), Perplexity()
 
-    def forward(self, tokens: Tensor, mask: Tensor | None = None, need_weights: bool = False):
-        """Next-token logits (B,L,V) (and the per-layer self-attention weights when asked)."""
+    def forward(self, tokens: Tensor, mask: Tensor | None = None,
+                need_weights: bool = False) -> Output:
+        """Next-token logits (B,L,V); the per-layer self-attention weights when asked."""
         logits, weights = self.decoder(tokens, mask, need_weights=need_weights)
-        return (logits, {"decoder": [w for w, _ in weights]}) if need_weights else logits
+        return Output(logits, {"decoder": [w for w, _ in weights]} if need_weights else None)
 
     def token_nll(self, batch, smoothing: float = 0.0) -> Tensor:
         """(B,L) cross-entropy of every target (with label smoothing when asked)."""
-        logits = self(batch["tokens"], batch["mask"])
+        logits = self(batch["tokens"], batch["mask"]).logits
         return F.cross_entropy(logits.transpose(1, 2), batch["targets"], reduction="none",
                                label_smoothing=smoothing)
 

@@ -1,19 +1,31 @@
-"""Shared fixtures: the real published data at ../shared/data (skipped with a reason when
-absent) and float64 defaults for formula tests."""
+"""Shared fixtures and helpers: the real published data at ../shared/data (skipped with a
+reason when absent), float64 defaults and the head split for formula tests, the registry's
+mechanisms per context, and running the experiment scripts end to end.
+
+Plain helpers are imported (``from tests.conftest import heads``); fixtures are found by
+pytest."""
 
 from __future__ import annotations
 
+import csv
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
 import pytest
+import torch
+from torch import Tensor
 
+from attention import REGISTRY
 from datamodules.common import shared_data_dir
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def shared_path(relative: str) -> Path:
@@ -28,3 +40,69 @@ def shared_path(relative: str) -> Path:
 @pytest.fixture
 def shared():
     return shared_path
+
+
+# -- attention formulas ------------------------------------------------------------------------
+@pytest.fixture
+def float64():
+    """Formulas are compared in float64; the default is restored for other tests.  A file
+    uses it for every test with ``pytestmark = pytest.mark.usefixtures("float64")``."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def heads(x: Tensor, h: int) -> Tensor:
+    """(B, L, D) -> (B, h, L, D // h): the head split of MultiHeadAttention."""
+    b, n, d = x.shape
+    return x.view(b, n, h, d // h).transpose(1, 2)
+
+
+def supporting(context: str) -> list[str]:
+    """The registered mechanisms that can be used in ``context`` (attention.base.CONTEXTS)."""
+    return [name for name, cls in REGISTRY.items() if cls().supports(context)]
+
+
+# -- the experiment scripts end to end ---------------------------------------------------------
+@pytest.fixture
+def env(tmp_path):
+    """The environment of an experiment script: no W&B settings (no API key, so the runner
+    must choose offline logging by itself), runs, caches and home under tmp_path, one thread
+    per run."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    e.update(ATTNREPRO_RUNS=str(tmp_path / "runs"), ATTNREPRO_CACHE=str(tmp_path / "cache"),
+             HOME=str(tmp_path), ATTNREPRO_THREADS="1")
+    return e
+
+
+def start(script: Path, args: list[str], env: dict) -> subprocess.Popen:
+    """Start ``python script *args`` in the project root (stderr merged into stdout)."""
+    return subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
+    """The output of a started script, which must succeed within ``timeout`` seconds."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    assert proc.returncode == 0, out[-6000:]
+    return out
+
+
+def run(script: Path, args: list[str], env: dict, timeout: float = 300) -> str:
+    """Run an experiment script to success and return its output."""
+    return finish(start(script, args, env), timeout)
+
+
+def last_values(path: Path) -> dict[str, float]:
+    """The last logged value of every column of a Lightning metrics.csv."""
+    out = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            out.update({k: float(v) for k, v in row.items() if v not in ("", None)})
+    return out

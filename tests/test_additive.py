@@ -1,5 +1,6 @@
 """Additive attention (Bahdanau et al. 2015, Eq. 5 of the ADM paper): every context against the
-formula written out with loops, masking, step-by-step decoding, blocked scores and gradients."""
+formula written out with loops, masking, blocked scores and gradients (the contracts of every
+mechanism, step-by-step decoding among them, are in test_contracts.py)."""
 
 from __future__ import annotations
 
@@ -57,21 +58,6 @@ def test_decoder_matches_eq5_with_loops(data):
 def test_hidden_defaults_to_memory_dim():
     core = additive().decoder(query_dim=6, memory_dim=4)
     assert core.score.query.weight.shape == (4, 6) and core.score.key.weight.shape == (4, 4)
-
-
-def test_step_equals_forward_and_reorder(data):
-    h, s, mask = data
-    core = additive().decoder(query_dim=6, memory_dim=4).double()
-    memory = core.precompute(h, mask)
-    context, weights = core(s, memory)
-    for t in range(s.shape[1]):
-        c_t, w_t = core.step(s[:, t], memory)
-        torch.testing.assert_close(c_t, context[:, t], rtol=0, atol=1e-12)
-        torch.testing.assert_close(w_t, weights[:, t], rtol=0, atol=1e-12)
-    index = torch.tensor([1, 1, 0])  # beam search: reorder / expand the batch
-    c_r, w_r = core.step(s[index, 0], core.reorder(memory, index))
-    torch.testing.assert_close(w_r, weights[index, 0])
-    torch.testing.assert_close(c_r, context[index, 0])
 
 
 def test_blocked_scores_equal_unblocked_and_stay_within_budget(monkeypatch):

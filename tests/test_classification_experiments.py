@@ -6,10 +6,7 @@ Table 6 on the synthetic One Billion Word fixture; the paper configs parse."""
 
 from __future__ import annotations
 
-import csv
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,36 +17,14 @@ from datamodules.common import shared_data_dir
 from experiments import coda_sentiment, dwin_classification, dwin_lm
 from experiments.runner import run_cli
 from lit_models.transformer import TransformerClassifier
-from tests.conftest import shared_path
+from tests.conftest import last_values, run, shared_path
 from tests.wandb_records import records
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "experiments" / "configs"
+SCRIPTS = ROOT / "experiments"
+CONFIGS = SCRIPTS / "configs"
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def env(tmp_path):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    e.update(ATTNREPRO_RUNS=str(tmp_path / "runs"), ATTNREPRO_CACHE=str(tmp_path / "cache"),
-             HOME=str(tmp_path), ATTNREPRO_THREADS="1")
-    return e  # no API key: the runner logs to W&B offline
-
-
-def run(script: str, args, env, timeout=300):
-    p = subprocess.run([sys.executable, str(ROOT / "experiments" / f"{script}.py"), *args],
-                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    return p.stdout + p.stderr
-
-
-def last_values(path: Path) -> dict[str, float]:
-    out = {}
-    with open(path) as f:
-        for row in csv.DictReader(f):
-            out.update({k: float(v) for k, v in row.items() if v not in ("", None)})
-    return out
 
 
 def wandb_config(run_dir: Path) -> dict:
@@ -62,8 +37,8 @@ def test_coda_sentiment_grid_on_both_datasets(env, tmp_path):
     # SST: the shared GLUE SST-2 copy (run when it is there); IMDb: the synthetic fixture
     sst = (shared_data_dir() / "sst2_glue" / "glue_sst2_train.part90.tsv").exists()
     cells = ["imdb-coda"] + (["sst-transformer"] if sst else [])
-    out = run("coda_sentiment", ["grid", "table5", "--smoke", "--cells", *cells, "--jobs", "2"],
-              env)
+    out = run(SCRIPTS / "coda_sentiment.py",
+              ["grid", "table5", "--smoke", "--cells", *cells, "--jobs", "2"], env)
     group = tmp_path / "runs" / "coda_sentiment" / "table5-smoke"
     if sst:
         assert "done sst-transformer seed 0" in out
@@ -95,7 +70,7 @@ def test_coda_sentiment_grid_on_both_datasets(env, tmp_path):
 
 def test_dwin_classification_fit_on_the_linzen_files(env, tmp_path):
     shared_path("linzen_agreement/numpred.val")
-    run("dwin_classification", [
+    run(SCRIPTS / "dwin_classification.py", [
         "fit", "--config", str(CONFIGS / "dwin_classification" / "smoke.yaml"),
         "--config", str(CONFIGS / "dwin_classification" / "smoke" / "sva.yaml"),
         "--model.attention=window", "--model.attention.variant=aw", "--run.group=e2e",
@@ -111,7 +86,7 @@ def test_dwin_classification_fit_on_the_linzen_files(env, tmp_path):
 
 
 def test_dwin_lm_cell_and_its_perplexity_report(env, tmp_path):
-    run("dwin_lm", ["grid", "table6", "--smoke", "--cells", "window-mw"], env)
+    run(SCRIPTS / "dwin_lm.py", ["grid", "table6", "--smoke", "--cells", "window-mw"], env)
     run_dir = tmp_path / "runs" / "dwin_lm" / "table6-smoke" / "window-mw-seed0"
     values = last_values(run_dir / "metrics.csv")
     # both token-weighted over the split: perplexity = exp(loss)
@@ -121,7 +96,7 @@ def test_dwin_lm_cell_and_its_perplexity_report(env, tmp_path):
     assert vocab_size == 4 + 15  # specials and the 15 words of the synthetic fixture
     assert values["test/perplexity"] < vocab_size  # learnt something: below uniform
     assert wandb_config(run_dir)["attention/decoder"] == "window(variant=mw)"
-    report = run("dwin_lm", ["report", "table6", "--smoke"], env)
+    report = run(SCRIPTS / "dwin_lm.py", ["report", "table6", "--smoke"], env)
     # perplexity in its own units (scale 1), not as a percentage
     assert f"| window-mw | 44.00 | {values['test/perplexity']:.2f} (n=1) |" in report
     assert "| softmax | 46.37 | not run |" in report
@@ -129,8 +104,9 @@ def test_dwin_lm_cell_and_its_perplexity_report(env, tmp_path):
 
 def test_grid_of_an_sst_and_an_imdb_cell_and_report(env, tmp_path):
     shared_path("sst_ptb/train.txt")
-    out = run("dwin_classification", ["grid", "table5", "--smoke", "--cells", "sst-relative",
-                                      "imdb-window-aw", "--jobs", "2"], env)
+    out = run(SCRIPTS / "dwin_classification.py",
+              ["grid", "table5", "--smoke", "--cells", "sst-relative", "imdb-window-aw",
+               "--jobs", "2"], env)
     assert "done sst-relative seed 0" in out and "done imdb-window-aw seed 0" in out
     group = tmp_path / "runs" / "dwin_classification" / "table5-smoke"
     configs = {c: yaml.safe_load((group / f"{c}-seed0" / "config.yaml").read_text())
@@ -143,7 +119,7 @@ def test_grid_of_an_sst_and_an_imdb_cell_and_report(env, tmp_path):
     assert imdb["init_args"]["data_dir"] == "tests/fixtures/aclImdb"
     assert configs["sst-relative"]["model"]["attention_layers"] is None  # Shaw: every layer
     assert configs["imdb-window-aw"]["model"]["attention_layers"] == 1  # window: layer 1
-    report = run("dwin_classification", ["report", "table5", "--smoke"], env)
+    report = run(SCRIPTS / "dwin_classification.py", ["report", "table5", "--smoke"], env)
     for cell, paper in (("sst-relative", "79.73"), ("imdb-window-aw", "87.98")):
         ours = 100 * last_values(group / f"{cell}-seed0" / "metrics.csv")["test/accuracy"]
         assert f"| {cell} | {paper} | {ours:.2f} (n=1) |" in report
@@ -166,7 +142,7 @@ def test_cell_commands_merge_the_dataset_config_of_the_grid_config(capsys):
 
 def test_lm_sweep_minimises_perplexity(env, tmp_path):
     out_path = tmp_path / "sweep.yaml"
-    run("dwin_lm", ["sweep", "table6", "--smoke", "--output", str(out_path)], env)
+    run(SCRIPTS / "dwin_lm.py", ["sweep", "table6", "--smoke", "--output", str(out_path)], env)
     sweep = yaml.safe_load(out_path.read_text())
     assert sweep["metric"] == {"name": "test/perplexity", "goal": "minimize"}
     assert sweep["parameters"]["cell"]["values"] == ["softmax", "relative", "window-mw",

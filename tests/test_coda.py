@@ -15,8 +15,10 @@ from attention import MultiHeadAttention, build
 from attention.functional import coda as coda_fn
 from attention.functional import l1_distance
 from attention.masking import causal_mask
+from tests.conftest import heads
 
 impl = importlib.import_module("attention.coda")
+kernels = importlib.import_module("attention._coda_kernels")
 DT = torch.float64
 E_FN = {"tanh": torch.tanh, "sigmoid": torch.sigmoid}
 N_FN = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "arctan": torch.atan,
@@ -24,18 +26,20 @@ N_FN = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "arctan": torch.atan,
 
 
 def naive_factors(q, k, mask=None, *, alpha=1.0, beta=1.0, scale=True, gate="plain",
-                  center_e=False, e_fn="tanh", n_fn="sigmoid"):
+                  center_e=False, center_rows=False, e_fn="tanh", n_fn="sigmoid"):
     """(F_E(E), F_N(N), M) of Eq. 1-6 / Eq. 10 by broadcasting (materialises (..., Lq, Lk, d));
-    centering by a hand written masked mean; masked entries of M set to 0."""
+    centering by a hand written masked mean over each matrix (or each row with
+    ``center_rows``); masked entries of M set to 0."""
     s = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
     e = alpha * s * (q[..., :, None, :] * k[..., None, :, :]).sum(-1)  # Eq. 1
     n = -beta * s * (q[..., :, None, :] - k[..., None, :, :]).abs().sum(-1)  # Eq. 2
     valid = torch.ones_like(e) if mask is None else mask.expand(e.shape).to(e.dtype)
-    count = valid.sum((-2, -1), keepdim=True).clamp(min=1)
+    dims = (-1,) if center_rows else (-2, -1)
+    count = valid.sum(dims, keepdim=True).clamp(min=1)
     if center_e:
-        e = e - (e * valid).sum((-2, -1), keepdim=True) / count  # Eq. 6
+        e = e - (e * valid).sum(dims, keepdim=True) / count  # Eq. 6
     if gate == "centered":
-        n = n - (n * valid).sum((-2, -1), keepdim=True) / count  # Eq. 4
+        n = n - (n * valid).sum(dims, keepdim=True) / count  # Eq. 4
     te, gn = E_FN[e_fn](e), N_FN[n_fn](n)
     m = te * gn * (2 if gate == "scaled" else 1) * valid  # Eq. 3, 5
     return te, gn, m
@@ -54,7 +58,7 @@ def randn(*shape, generator, dtype=DT):
 @pytest.fixture
 def eager(monkeypatch):
     """Run the block kernels eagerly: the same expressions, no compile time per option."""
-    monkeypatch.setattr(impl, "COMPILE", False)
+    monkeypatch.setattr(kernels, "COMPILE", False)
 
 
 def compare(q, k, v, mask=None, atol=1e-10, rtol=1e-7, **options):
@@ -77,7 +81,9 @@ def compare(q, k, v, mask=None, atol=1e-10, rtol=1e-7, **options):
 
 # -- every option -----------------------------------------------------------------------------
 OPTION_GRID = [dict(gate=g, center_e=c, e_fn=e, n_fn=n) for g, c, e, n in itertools.product(
-    impl.GATES, (False, True), impl.E_FUNCTIONS, impl.N_FUNCTIONS)]
+    impl.GATES, (False, True), impl.E_FUNCTIONS, impl.N_FUNCTIONS)] + [
+    dict(gate="centered", center_e=True, center_rows=True),
+    dict(gate="plain", center_e=True, center_rows=True, e_fn="sigmoid", n_fn="tanh")]
 
 
 @pytest.mark.parametrize("options", OPTION_GRID, ids=lambda o: "-".join(map(str, o.values())))
@@ -113,19 +119,57 @@ def test_options_change_the_result(eager):
 
 
 # -- masks --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("center_rows", [False, True])
 @pytest.mark.parametrize("gate,center_e", [("plain", False), ("centered", True),
                                            ("scaled", True)])
-def test_causal_and_padding_masks_center_over_valid_entries(eager, gate, center_e):
+def test_causal_and_padding_masks_center_over_valid_entries(eager, gate, center_e, center_rows):
     g = torch.Generator().manual_seed(3)
     q, k, v = (randn(2, 2, 6, 4, generator=g) for _ in range(3))
     key_mask = torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
     mask = key_mask[:, None, None, :] & causal_mask(6, 6)  # (2,1,6,6)
-    _, m = compare(q, k, v, mask, gate=gate, center_e=center_e)
+    options = dict(gate=gate, center_e=center_e, center_rows=center_rows)
+    _, m = compare(q, k, v, mask, **options)
     assert (m.masked_select(~mask.expand(m.shape)) == 0).all()
     # the centering mean counts only the valid entries: padded keys change nothing
     k2 = k.detach().clone()
     k2[1, :, 3:] = 100.0
-    torch.testing.assert_close(coda_fn(q, k2, v, mask, gate=gate, center_e=center_e)[1], m)
+    torch.testing.assert_close(coda_fn(q, k2, v, mask, **options)[1], m)
+
+
+@pytest.mark.parametrize("options", [dict(gate="centered"), dict(center_e=True),
+                                     dict(gate="centered", center_e=True)])
+def test_centering_per_row_keeps_causality(eager, options):
+    """Per-row centering (Eq. 4/6 where causality requires it): a future query or key
+    leaves every earlier row unchanged; a mean over the whole matrix would not."""
+    g = torch.Generator().manual_seed(18)
+    q, k, v = (torch.randn(2, 6, 4, generator=g, dtype=DT) for _ in range(3))
+    mask = causal_mask(6, 6)
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    q2[:, 4:], k2[:, 4:], v2[:, 4:] = 3.0, -2.0, 5.0  # positions 4 and 5 change
+    out, m = coda_fn(q, k, v, mask, center_rows=True, **options)
+    out2, m2 = coda_fn(q2, k2, v2, mask, center_rows=True, **options)
+    torch.testing.assert_close(out2[:, :4], out[:, :4], rtol=0, atol=1e-12)
+    torch.testing.assert_close(m2[:, :4], m[:, :4], rtol=0, atol=1e-12)
+    whole = coda_fn(q, k, v, mask, **options)[1]  # the matrix mean: the future leaks
+    assert not torch.allclose(coda_fn(q2, k2, v2, mask, **options)[1][:, :4], whole[:, :4])
+
+
+@pytest.mark.parametrize("options", [dict(gate="centered"), dict(center_e=True),
+                                     dict(gate="centered", center_e=True)])
+def test_encoder_self_attention_centers_over_the_real_queries_and_keys(eager, options):
+    """Non-causal self-attention centres per matrix, over real x real entries: padded query
+    rows are masked like padded keys.  (Per-row centering in causal self-attention and
+    cross-attention, and that no future or padded token moves a real row: the contract
+    tests, tests/test_contracts.py, over coda(center_e=True) and coda(gate="centered").)"""
+    g = torch.Generator().manual_seed(19)
+    mha = MultiHeadAttention(8, 2, build("coda", **options)).double().eval()
+    x = torch.randn(2, 6, 8, generator=g, dtype=DT)
+    key_mask = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    _, w = mha(x, x, key_mask, need_weights=True)
+    q, k, v = (heads(p(x), 2) for p in (mha.q_proj, mha.k_proj, mha.v_proj))
+    pair = key_mask[:, None, :, None] & key_mask[:, None, None, :]
+    ref_w = naive_coda(q, k, v, pair, **{"gate": "scaled", **options})[1]
+    torch.testing.assert_close(w, ref_w)  # the mean over the real x real entries
 
 
 def test_fully_masked_rows_are_zero_not_nan(eager):
@@ -153,8 +197,9 @@ def test_blocks_of_rows_give_the_same_result(eager, monkeypatch):
     q, k, v = randn(3, 9, 4, generator=g), randn(3, 7, 4, generator=g), randn(3, 7, 2,
                                                                               generator=g)
     mask = torch.rand(3, 9, 7, generator=g) > 0.2
-    monkeypatch.setattr(impl, "BLOCK_BYTES", 3 * 7 * 8 * 2)  # 2 rows per block
+    monkeypatch.setattr(kernels, "BLOCK_BYTES", 3 * 7 * 8 * 2)  # 2 rows per block
     compare(q, k, v, mask, gate="centered", center_e=True)
+    compare(q, k, v, mask, gate="centered", center_e=True, center_rows=True)
 
 
 def test_dropout_is_consistent_between_forward_and_backward(eager):
@@ -229,32 +274,36 @@ def test_a_failing_compiler_falls_back_with_a_warning(monkeypatch):
     def no_compiler(*args, **kwargs):
         raise OSError("no C++ compiler")
 
-    monkeypatch.setattr(impl, "COMPILE", True)
+    monkeypatch.setattr(kernels, "COMPILE", True)
     monkeypatch.setattr(torch, "compile", no_compiler)
-    for name, fresh in [("_l1", impl._L1Kernel(impl._l1_block, "nad,ndb->nab")),
-                        ("_l1_grads", impl._L1Kernel(impl._l1_grads_block, "nab,nad,nbd->nad,nbd")),
-                        ("_forward_kernel", impl._Compiled(impl._forward_block)),
-                        ("_backward_kernel", impl._Compiled(impl._backward_block))]:
-        monkeypatch.setattr(impl, name, fresh)
+    for name, fresh in [("l1", kernels.L1Kernel(kernels.l1_block, "nad,ndb->nab")),
+                        ("l1_grads", kernels.L1Kernel(kernels.l1_grads_block,
+                                                      "nab,nad,nbd->nad,nbd"))]:
+        monkeypatch.setattr(kernels, name, fresh)
+    ops = impl.BlockOps(impl._factors, kernels.Compiled(impl._forward_block),
+                        kernels.Compiled(impl._backward_block))
+    monkeypatch.setattr(impl, "_OPS", ops)
     g = torch.Generator().manual_seed(17)
     q, k, v = (randn(2, 5, 4, generator=g) for _ in range(3))
     with pytest.warns(UserWarning, match="torch.compile of .* failed"):
         compare(q, k, v, gate="centered")
-    assert impl._l1.failed and impl._backward_kernel.failed
+    assert kernels.l1.failed and ops.backward.failed
 
 
 # -- the compiled kernels (float32, as trained) ------------------------------------------------
 def test_compiled_kernels_match_the_paper():
     """The torch.compile'd path (the one training uses): values and gradients in float32,
     with and without ties, and without any allocation the size of the broadcast."""
-    if not impl.COMPILE:
+    if not kernels.COMPILE:
         pytest.skip("ATTNREPRO_COMPILE=0")
     g = torch.Generator().manual_seed(12)
     q, k, v = (randn(2, 3, 9, 8, generator=g, dtype=torch.float32) for _ in range(3))
     mask = torch.rand(2, 1, 9, 9, generator=g) > 0.2
     compare(q, k, v, mask, atol=2e-5, rtol=1e-4)
-    assert not any(kernel.failed for kernel in (impl._l1, impl._l1_grads, impl._forward_kernel,
-                                                impl._backward_kernel))
+    compare(q, k, v, mask, atol=2e-5, rtol=1e-4, gate="centered", center_e=True,
+            center_rows=True)
+    assert not any(kernel.failed for kernel in (kernels.l1, kernels.l1_grads,
+                                                impl._OPS.forward, impl._OPS.backward))
     qt, kt = (torch.randint(-2, 3, (2, 3, 9, 8), generator=g).float().requires_grad_()
               for _ in range(2))
     compare(qt, kt, v, mask, atol=2e-5, rtol=1e-4)  # ties: sign(0) = 0
@@ -267,7 +316,7 @@ def test_compiled_kernels_match_the_paper():
 
 def test_compiled_kernels_serve_every_shape_without_recompiling():
     """Sizes of 1 (a decoder step, one head) are padded: no graph per shape."""
-    if not impl.COMPILE:
+    if not kernels.COMPILE:
         pytest.skip("ATTNREPRO_COMPILE=0")
     g = torch.Generator().manual_seed(13)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
@@ -281,11 +330,6 @@ def test_compiled_kernels_serve_every_shape_without_recompiling():
 
 
 # -- the three contexts -------------------------------------------------------------------------
-def heads(x, h):
-    b, n, d = x.shape
-    return x.view(b, n, h, d // h).transpose(1, 2)
-
-
 @pytest.mark.parametrize("kind", ["self", "cross", "causal"])
 def test_multihead_attention(eager, kind):
     g = torch.Generator().manual_seed(14)
@@ -299,7 +343,10 @@ def test_multihead_attention(eager, kind):
     mask = key_mask[:, None, None, :]
     if kind == "causal":
         mask = mask & causal_mask(5, 5)
-    ref_o, ref_w = naive_coda(q, k, v, mask, gate="centered")  # scale 1/sqrt(d) (Eq. 10)
+    if kind == "self":  # centred per matrix: padded query rows are masked too
+        mask = mask & key_mask[:, None, :, None]
+    ref_o, ref_w = naive_coda(q, k, v, mask, gate="centered",  # scale 1/sqrt(d) (Eq. 10)
+                              center_rows=kind != "self")
     torch.testing.assert_close(w, ref_w)
     torch.testing.assert_close(out, mha.out_proj(ref_o.transpose(1, 2).reshape(2, 5, 8)))
     if kind == "causal":
@@ -350,7 +397,7 @@ def test_alignment_both_directions(eager):
     torch.testing.assert_close(default.b_aligned, m.transpose(1, 2) @ a)
 
 
-def test_decoder_step_equals_forward_row(eager):
+def test_decoder_matches_the_paper(eager):
     g = torch.Generator().manual_seed(16)
     core = build("coda", gate="scaled").decoder(query_dim=5, memory_dim=4).double()
     h, s = torch.randn(2, 6, 4, generator=g, dtype=DT), torch.randn(2, 3, 5, generator=g,
@@ -361,10 +408,13 @@ def test_decoder_step_equals_forward_row(eager):
     ref_c, ref_w = naive_coda(core.query_proj(s), h, h, mask[:, None, :], gate="scaled")
     torch.testing.assert_close(weights, ref_w)
     torch.testing.assert_close(context, ref_c)
-    for t in range(3):
-        c_t, w_t = core.step(s[:, t], memory)
-        torch.testing.assert_close(c_t, context[:, t], rtol=0, atol=1e-12)
-        torch.testing.assert_close(w_t, weights[:, t], rtol=0, atol=1e-12)
+    # centred: per row (one step at a time), over the real memory
+    core = build("coda", gate="centered", center_e=True).decoder(query_dim=5,
+                                                                 memory_dim=4).double()
+    _, weights = core(s, core.precompute(h, mask))
+    ref_w = naive_coda(core.query_proj(s), h, h, mask[:, None, :], gate="centered",
+                       center_e=True, center_rows=True)[1]
+    torch.testing.assert_close(weights, ref_w)
 
 
 # -- invalid options -------------------------------------------------------------------------------
@@ -403,7 +453,7 @@ def test_factors_of_figure_2_match_the_paper(options, monkeypatch):
     q, k = torch.randn(2, 3, 5, 4, generator=g, dtype=DT), torch.randn(2, 3, 6, 4, generator=g,
                                                                        dtype=DT)
     mask = torch.rand(2, 1, 5, 6, generator=g) > 0.3
-    monkeypatch.setattr(impl, "BLOCK_BYTES", 64)  # several blocks of rows
+    monkeypatch.setattr(kernels, "BLOCK_BYTES", 64)  # several blocks of rows
     got = impl.quasi_attention_factors(q, k, mask, **options)
     want = naive_factors(q, k, mask, **options)
     for a, b in zip(got, want, strict=True):

@@ -1,14 +1,17 @@
 """datamodules.common: length bucketing (one epoch covers every example once, shards are
-disjoint across processes), padding, the vocabulary and format errors."""
+disjoint across processes) and the bucketed loader, padding, the vocabulary and format
+errors."""
 
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
-from datamodules.common import BucketBatchSampler, DataFormatError, Vocab, pad
+from datamodules.common import BucketBatchSampler, DataFormatError, Vocab, bucketed_loader, pad
 
 _rng = random.Random(0)
 LENGTHS = [_rng.randint(1, 60) for _ in range(503)]
@@ -46,6 +49,31 @@ def test_shards_are_disjoint_and_equal_across_processes():
     ids = [{tuple(b) for b in s} for s in shards]
     assert not ids[0] & ids[1]
     assert sorted(i for s in shards for b in s for i in b) == list(range(len(LENGTHS)))
+
+
+def test_bucketed_loader_gives_the_batches_of_the_datamodules_own_loaders():
+    items = list(range(len(LENGTHS)))  # item i is i, so a batch is its indices
+    loader = bucketed_loader(items, LENGTHS, 16, list, shuffle=True, seed=3)
+    # what the text, NLI and MLU DataModules each built for themselves before
+    before = DataLoader(items, batch_sampler=BucketBatchSampler(LENGTHS, 16, seed=3),
+                        collate_fn=list)
+    batches = list(loader)
+    assert batches == list(before)
+    assert batches[0] == [493, 231, 198, 313, 362, 125, 1, 346, 498, 370, 229, 415, 156, 9,
+                          270, 69]  # lengths 24 to 26: one bucket
+    assert loader.num_workers == 0 and not loader.persistent_workers
+    # evaluation order, and each of a trainer's processes taking its share
+    trainer = SimpleNamespace(world_size=2, global_rank=1)
+    shard = bucketed_loader(items, LENGTHS, 16, list, shuffle=False, trainer=trainer)
+    assert list(shard) == list(BucketBatchSampler(LENGTHS, 16, shuffle=False,
+                                                  num_replicas=2, rank=1))
+
+
+def test_bucketed_loader_keeps_its_workers_between_epochs():
+    items = list(range(len(LENGTHS)))
+    loader = bucketed_loader(items, LENGTHS, 16, list, shuffle=True, seed=3, num_workers=2)
+    assert loader.num_workers == 2 and loader.persistent_workers
+    assert list(loader.batch_sampler) == list(BucketBatchSampler(LENGTHS, 16, seed=3))
 
 
 def test_pad_and_mask():

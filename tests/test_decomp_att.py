@@ -4,6 +4,7 @@ buckets of intra-attention, frozen pretrained vectors, weights for plotting, che
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import lightning as L
@@ -14,6 +15,7 @@ import torch
 from attention import UnsupportedContext, build
 from lit_models.decomp_att import DecompAtt, DecompAttNet, distance_buckets
 from lit_models.plots import attention_heatmaps, figure_image
+from tests.conftest import supporting
 
 
 def set_mlp(mlp, w1, w2, b1=None, b2=None):
@@ -40,16 +42,24 @@ def batch_of(pairs, pad_id=0, label=None):
 
 
 # -- a tiny example by hand ---------------------------------------------------------------------
-def hand_model(attention: str = "softmax") -> DecompAtt:
+def hand_model(attention: str = "softmax", **settings) -> DecompAtt:
     """hidden 2; words 1 = [1,0], 2 = [0,1], 3 = [1,1]; F = identity; G sums a_i and beta_i;
-    H's first layer sums v1 and v2; the output layer gives [h1, h2, h1 - h2]."""
-    model = DecompAtt(vocab_size=4, hidden=2, dropout=0.0,
-                      attention=build(attention)).double().eval()
+    H's first layer sums v1 and v2; the output layer gives [h1, h2, h1 - h2].  CoDA: F_E =
+    F_N = Parikh's F (``coda_features="mlp"``) and N the plain L1 norm unless ``settings``
+    say otherwise."""
+    if attention == "coda":
+        settings = {"coda_features": "mlp", "coda_distance": "sum", **settings}
+    model = DecompAtt(vocab_size=4, hidden=2, dropout=0.0, attention=build(attention),
+                      **settings).double().eval()
     net = model.net
     with torch.no_grad():
         net.embed.weight.copy_(torch.tensor([[[0, 0], [1, 0], [0, 1], [1, 1]]]))
     eye, pair_sum = np.eye(2), np.vstack([np.eye(2), np.eye(2)])
-    set_mlp(net.attend, eye, eye)  # F(x) = relu(relu(x)) = x for x >= 0
+    if settings.get("coda_features") == "linear":
+        with torch.no_grad():
+            net.attend[1].weight.copy_(torch.tensor([[[1.0, 0.0], [-1.0, 1.0]]]))
+    else:
+        set_mlp(net.attend, eye, eye)  # F(x) = relu(relu(x)) = x for x >= 0
     set_mlp(net.compare, pair_sum, eye)  # G([x; y]) = x + y
     set_mlp(net.aggregate, pair_sum, eye)  # H: v1 + v2
     with torch.no_grad():
@@ -146,7 +156,7 @@ def test_matches_the_naive_equations(intra, pretrained):
         np.testing.assert_allclose(logits[i].detach().numpy(), expected, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("mechanism", ["softmax", "coda", "additive", "window"])
+@pytest.mark.parametrize("mechanism", supporting("alignment"))
 def test_padding_does_not_change_the_outputs(mechanism):
     torch.manual_seed(1)
     model = DecompAtt(vocab_size=10, hidden=6, dropout=0.0, intra=True,
@@ -284,3 +294,50 @@ def test_coda_figure_2_factors_by_hand():
     valid = batch["premise_mask"][:, :, None] & batch["hypothesis_mask"][:, None, :]
     torch.testing.assert_close(weights[valid], got["M"])
     assert hand_model("softmax").alignment_factors(batch) is None
+
+
+def test_coda_linear_features_can_subtract_by_hand():
+    """coda_features="linear": F_E = F_N = x W with W = [[1, 0], [-1, 1]] (no ReLU), so
+    F(w1) = [1,0], F(w2) = [-1,1], F(w3) = [0,1]; coda_distance="mean": N = -|.|_1 / 2."""
+    model = hand_model("coda", coda_features="linear", coda_distance="mean")
+    batch = batch_of([([1, 3], [2]), ([2], [2, 1])])
+    got = model.alignment_factors(batch)
+    e = torch.tensor([-1.0, 1.0, 2.0, -1.0], dtype=torch.float64)  # E < 0: tanh(E) subtracts
+    n = torch.tensor([-1.5, -0.5, 0.0, -1.5], dtype=torch.float64)
+    torch.testing.assert_close(got["tanh(E)"], torch.tanh(e))
+    torch.testing.assert_close(got["sigmoid(N)"], torch.sigmoid(n))
+    torch.testing.assert_close(got["M"], torch.tanh(e) * torch.sigmoid(n))
+    # beta still scales: N = -beta * |.|_1 / hidden
+    model = hand_model("coda", coda_features="linear", coda_distance="mean")
+    model.net.align[0].options["beta"] *= 4
+    torch.testing.assert_close(model.alignment_factors(batch)["sigmoid(N)"],
+                               torch.sigmoid(4 * n))
+    assert model.mechanisms["alignment"].beta == 1.0  # the flag as the user set it
+
+
+def test_coda_alignment_is_signed_and_gated_at_initialisation_on_snli(shared):
+    """The paper's d = 200 on real SNLI pairs: at initialisation tanh(E) takes both signs
+    and the mean gate sigmoid(N) is in [0.05, 0.95]; the old setting (Parikh's ReLU F, the
+    plain L1 norm) gives tanh(E) >= 0 and closed gates, which this test would catch."""
+    from datamodules.common import Vocab
+    from datamodules.nli import read_nli_jsonl
+
+    path = shared("snli/snli_1.0_dev.first1288.jsonl")
+    examples = list(itertools.islice(read_nli_jsonl(path), 300))
+    vocab = Vocab.build(ex.premise + ex.hypothesis for ex in examples)
+    batch = batch_of([(vocab.encode(ex.premise), vocab.encode(ex.hypothesis))
+                      for ex in examples], pad_id=vocab.pad_id)
+
+    def factors(**settings):
+        torch.manual_seed(0)
+        model = DecompAtt(vocab_size=len(vocab), pad_id=vocab.pad_id, hidden=200,
+                          attention=build("coda"), **settings).eval()
+        return model.alignment_factors(batch)
+
+    new = factors()
+    negative = (new["tanh(E)"] < 0).float().mean().item()
+    assert 0.2 < negative < 0.8
+    assert 0.05 <= new["sigmoid(N)"].mean().item() <= 0.95
+    old = factors(coda_features="mlp", coda_distance="sum")
+    assert (old["tanh(E)"] >= 0).all()
+    assert old["sigmoid(N)"].mean().item() < 0.05

@@ -1,6 +1,7 @@
 """Attention density matrix (PAPERS.md Sec. 4): the MQT shortcut and blocked AQT against the
-N x N matrix Psi built with loops (Eq. 6-11), padding, step-by-step decoding, every context,
-block sizes and gradients."""
+N x N matrix Psi built with loops (Eq. 6-11), padding, every context, block sizes and
+gradients (the contracts of every mechanism, step-by-step decoding among them, are in
+test_contracts.py)."""
 
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ def test_functional_gradcheck(data, scheme):
 
 @pytest.mark.parametrize("scheme", ["mqt", "aqt"])
 @pytest.mark.parametrize("query_dim", [4, 6])
-def test_decoder_matches_naive_and_steps(data, scheme, query_dim):
+def test_decoder_matches_naive(data, scheme, query_dim):
     h, mask, g = data["h"], data["mask"], data["g"]
     s = torch.randn(2, 3, query_dim, generator=g, dtype=DT)
     core = density(scheme, block_elements=30).decoder(query_dim=query_dim, memory_dim=4).double()
@@ -125,27 +126,6 @@ def test_decoder_matches_naive_and_steps(data, scheme, query_dim):
         expected = naive_omega(scores[b], h[b], s_d[b], core.w_s, scheme, mask[b].expand(3, 5))
         torch.testing.assert_close(omega[b], expected)
         torch.testing.assert_close(context[b], expected @ h[b])
-    for t in range(3):
-        c_t, w_t = core.step(s[:, t], memory)
-        torch.testing.assert_close(w_t, omega[:, t], rtol=0, atol=1e-12)
-        torch.testing.assert_close(c_t, context[:, t], rtol=0, atol=1e-12)
-    index = torch.tensor([1, 1, 0])
-    c_r, w_r = core.step(s[index, 1], core.reorder(memory, index))
-    torch.testing.assert_close(w_r, omega[index, 1])
-
-
-@pytest.mark.parametrize("scheme", ["mqt", "aqt"])
-def test_padding_does_not_change_real_weights(data, scheme):
-    h, g = data["h"], data["g"]
-    core = density(scheme).decoder(query_dim=4, memory_dim=4).double()
-    s = torch.randn(1, 2, 4, generator=g, dtype=DT)
-    short_c, short_w = core(s, core.precompute(h[:1, :3], None))
-    padded = torch.cat([h[:1, :3], 100 * torch.randn(1, 2, 4, generator=g, dtype=DT)], 1)
-    mask = torch.tensor([[1, 1, 1, 0, 0]], dtype=torch.bool)
-    long_c, long_w = core(s, core.precompute(padded, mask))
-    torch.testing.assert_close(long_w[..., :3], short_w)
-    torch.testing.assert_close(long_c, short_c)
-    assert torch.equal(long_w[..., 3:], torch.zeros(1, 2, 2))
 
 
 def test_multihead_mqt_matches_naive(data):

@@ -4,8 +4,6 @@ the command a sweep agent would run), and the report."""
 
 from __future__ import annotations
 
-import csv
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import last_values, run
 from tests.wandb_records import history
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,32 +21,10 @@ SMOKE = ROOT / "experiments" / "configs" / "coda_mlu" / "smoke.yaml"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def env(tmp_path):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    e.update(ATTNREPRO_RUNS=str(tmp_path / "runs"), HOME=str(tmp_path), ATTNREPRO_THREADS="1")
-    return e  # no API key and no WANDB_MODE: the runner must choose offline by itself
-
-
-def run(args, env, timeout=300):
-    p = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    return p.stdout + p.stderr
-
-
-def last_values(path: Path) -> dict[str, float]:
-    out = {}
-    with open(path) as f:
-        for row in csv.DictReader(f):
-            out.update({k: float(v) for k, v in row.items() if v not in ("", None)})
-    return out
-
-
 def test_fit_logs_to_csv_and_offline_wandb_with_a_mid_training_checkpoint(env, tmp_path):
-    run(["fit", "--config", str(SMOKE), "--model.attention", "coda",
-         "--model.attention.gate", "centered", "--run.group", "e2e", "--run.name", "one",
-         "--run.test_after_fit", "true"], env)
+    run(SCRIPT, ["fit", "--config", str(SMOKE), "--model.attention", "coda",
+                 "--model.attention.gate", "centered", "--run.group", "e2e", "--run.name", "one",
+                 "--run.test_after_fit", "true"], env)
     run_dir = tmp_path / "runs" / "coda_mlu" / "e2e" / "one"
     csv_values = last_values(run_dir / "metrics.csv")
     assert {"train/loss", "val/exact_match", "test/exact_match"} <= set(csv_values)
@@ -64,14 +41,14 @@ def test_fit_logs_to_csv_and_offline_wandb_with_a_mid_training_checkpoint(env, t
 
 
 def test_grid_sweep_and_report(env, tmp_path):
-    out = run(["grid", "table6", "--smoke", "--jobs", "2"], env)
+    out = run(SCRIPT, ["grid", "table6", "--smoke", "--jobs", "2"], env)
     assert "done transformer seed 0" in out and "done coda seed 0" in out
     group = tmp_path / "runs" / "coda_mlu" / "table6-smoke"
     ours = {c: last_values(group / f"{c}-seed0" / "metrics.csv")["test/exact_match"]
             for c in ("transformer", "coda")}
 
     sweep_path = tmp_path / "sweep.yaml"
-    run(["sweep", "table6", "--smoke", "--seeds", "2", "--output", str(sweep_path)], env)
+    run(SCRIPT, ["sweep", "table6", "--smoke", "--seeds", "2", "--output", str(sweep_path)], env)
     sweep = yaml.safe_load(sweep_path.read_text())
     assert sweep["method"] == "grid"
     assert sweep["parameters"] == {"cell": {"values": ["transformer", "coda"]},
@@ -87,12 +64,13 @@ def test_grid_sweep_and_report(env, tmp_path):
     assert (group / "coda-seed1" / "metrics.csv").exists()
 
     # --skip-done keeps the three finished runs and launches only the missing one
-    out = run(["grid", "table6", "--smoke", "--seeds", "2", "--skip-done", "--dry-run"], env)
+    out = run(SCRIPT, ["grid", "table6", "--smoke", "--seeds", "2", "--skip-done", "--dry-run"],
+              env)
     assert out.count("kept ") == 3 and "kept coda seed 1" in out
     launched = [line for line in out.splitlines() if " fit " in line]
     assert len(launched) == 1 and "--run.name=transformer-seed1" in launched[0]
 
-    report = run(["report", "table6", "--smoke"], env)
+    report = run(SCRIPT, ["report", "table6", "--smoke"], env)
     assert "| transformer | 76.10 | " + f"{100 * ours['transformer']:.2f} (n=1) |" in report
     coda_seeds = [100 * ours["coda"],
                   100 * last_values(group / "coda-seed1" / "metrics.csv")["test/exact_match"]]
@@ -112,9 +90,36 @@ def test_unknown_grid_and_cell_are_clear_errors(env):
 def test_ddp_on_cpu_in_a_subprocess(env, tmp_path):
     """Lightning DDP (gloo) with two processes runs to the end through fit and test (the
     sharding of the batches itself is tested in tests/test_common.py)."""
-    out = run(["fit", "--config", str(SMOKE), "--trainer.strategy=ddp", "--trainer.devices=2",
-               "--trainer.accelerator=cpu", "--run.group=ddp", "--run.name=two",
-               "--run.wandb=false", "--run.test_after_fit=true"], env)
+    out = run(SCRIPT, ["fit", "--config", str(SMOKE), "--trainer.strategy=ddp",
+                       "--trainer.devices=2", "--trainer.accelerator=cpu", "--run.group=ddp",
+                       "--run.name=two", "--run.wandb=false", "--run.test_after_fit=true"], env)
     assert "Starting with 2 processes" in out
     values = last_values(tmp_path / "runs" / "coda_mlu" / "ddp" / "two" / "metrics.csv")
     assert 0.0 <= values["test/exact_match"] <= 1.0 and values["test/loss"] > 0
+
+
+def test_learning_curves_from_written_logs(tmp_path, monkeypatch):
+    """``report --curve`` and experiments/curves.py on CSV logs written here: the mean over
+    seeds per step, optimiser steps counted from Lightning's logged step + 1."""
+    from experiments import coda_mlu, curves
+    from experiments.runner import format_curves
+
+    monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
+    root = tmp_path / "runs" / "coda_mlu" / "table6-demo"
+    logs = {"transformer-seed0": [(999, 0.10), (1999, 0.30)],
+            "transformer-seed1": [(999, 0.20), (1999, 0.40)],
+            "coda-seed0": [(999, 0.15)]}
+    for run_name, values in logs.items():
+        (root / run_name).mkdir(parents=True)
+        lines = ["step,train/loss,val/exact_match"] + [f"{s},1.0," for s, _ in values] + [
+            f"{s},,{v}" for s, v in values]
+        (root / run_name / "metrics.csv").write_text("\n".join(lines) + "\n")
+    grid = coda_mlu.EXPERIMENT.grid("table6")
+    table = format_curves(coda_mlu.EXPERIMENT, grid, "demo")
+    assert table.splitlines()[3:] == ["| step | transformer | coda |", "|---|---|---|",
+                                      "| 1000 | 15.00 (n=2) | 15.00 |",
+                                      "| 2000 | 35.00 (n=2) | - |"]
+    curves.main(["coda_mlu", "table6", "--config", "demo", "--out", str(tmp_path / "c")])
+    assert (tmp_path / "c.csv").read_text().splitlines() == [
+        "step,transformer,coda", "1000,15.00,15.00", "2000,35.00,"]
+    assert (tmp_path / "c.png").stat().st_size > 0 and "| 2000 |" in (tmp_path / "c.md").read_text()

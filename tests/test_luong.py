@@ -1,5 +1,6 @@
 """Luong attention (Luong et al. 2015, dot and general scores): every context against the
-formula written out with loops, masking, step-by-step decoding and gradients."""
+formula written out with loops, masking and gradients (the contracts of every mechanism,
+step-by-step decoding among them, are in test_contracts.py)."""
 
 from __future__ import annotations
 
@@ -54,22 +55,6 @@ def test_dot_needs_equal_dims():
         luong("dot").decoder(query_dim=6, memory_dim=4)
     with pytest.raises(ValueError, match="score must be one of"):
         luong("concat")
-
-
-@pytest.mark.parametrize("score", ["dot", "general"])
-def test_step_equals_forward(data, score):
-    h, mask, g = data
-    s = torch.randn(2, 4, 4, generator=g, dtype=DT)
-    core = luong(score).decoder(query_dim=4, memory_dim=4).double()
-    memory = core.precompute(h, mask)
-    context, weights = core(s, memory)
-    for t in range(4):
-        c_t, w_t = core.step(s[:, t], memory)
-        torch.testing.assert_close(c_t, context[:, t], rtol=0, atol=1e-12)
-        torch.testing.assert_close(w_t, weights[:, t], rtol=0, atol=1e-12)
-    index = torch.tensor([1, 0, 1])
-    _, w_r = core.step(s[index, 2], core.reorder(memory, index))
-    torch.testing.assert_close(w_r, weights[index, 2])
 
 
 @pytest.mark.parametrize("score", ["dot", "general"])

@@ -20,6 +20,7 @@ from datamodules.nli import (
     SNLIDataModule,
     parse_tokens,
     read_dialogue_nli,
+    read_nli,
     read_nli_jsonl,
     read_nli_txt,
     read_scitail_tsv,
@@ -187,6 +188,35 @@ def test_empty_sentence_dropped_and_counted(tmp_path):
     stats = ReadStats()
     assert len(list(read_nli_jsonl(path, stats=stats))) == 1
     assert (stats.examples, stats.dropped_empty, stats.dropped_no_gold) == (1, 1, 0)
+
+
+def test_both_snli_formats_drop_and_count_no_gold_alike(tmp_path):
+    records = [SNLI_RECORD, {**SNLI_RECORD, "gold_label": "-"},
+               {**SNLI_RECORD, "gold_label": "entailment"}]
+    jsonl = write_jsonl(tmp_path / "pairs.jsonl", records)
+    txt = tmp_path / "pairs.txt"
+    txt.write_text("".join("\t".join(r) + "\n" for r in [list(SNLI_RECORD)]
+                           + [list(r.values()) for r in records]))
+    for path, format, first in ((jsonl, "jsonl", 1), (txt, "txt", 2)):  # txt: a header
+        stats = ReadStats()
+        examples = list(read_nli(path, format, stats=stats))
+        assert [(e.label, e.line) for e in examples] == [(1, first), (0, first + 2)], format
+        assert examples[0][:2] == (["A", "b", "."], ["C", "d", "."])
+        assert (stats.examples, stats.dropped_no_gold, stats.dropped_empty) == (2, 1, 0)
+    with pytest.raises(ValueError, match="NLI format must be 'jsonl' or 'txt', got 'tsv'"):
+        list(read_nli(txt, "tsv"))
+
+
+def test_snli_and_multinli_published_file_names_by_format(tmp_path):
+    snli = SNLIDataModule(data_dir=str(tmp_path), format="txt", val_file="dev.first.txt")
+    assert snli.files == {"train": "snli_1.0_train.txt", "val": "dev.first.txt",
+                          "test": "snli_1.0_test.txt"}
+    mnli = MultiNLIDataModule(data_dir=str(tmp_path))
+    assert mnli.files == {"train": "multinli_1.0_train.jsonl",
+                          "matched": "multinli_1.0_dev_matched.jsonl",
+                          "mismatched": "multinli_1.0_dev_mismatched.jsonl"}
+    with pytest.raises(ValueError, match="MultiNLI format must be 'jsonl' or 'txt', got 'tsv'"):
+        MultiNLIDataModule(data_dir=str(tmp_path), format="tsv")
 
 
 def test_parse_tokens_drop_only_brackets():

@@ -6,8 +6,6 @@ config, W&B offline logs with the heat maps, and the report with the paper's num
 
 from __future__ import annotations
 
-import csv
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import shared_path
+from tests.conftest import finish, last_values, run, shared_path, start
 from tests.wandb_records import history
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,37 +29,12 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def env(tmp_path):
+def env(env):
+    """The shared environment with the SNLI dev prefix present and CoDA's kernels eager
+    (compiling them takes longer than these few steps; their numbers are tested in
+    test_coda.py)."""
     shared_path(SNLI_DEV)
-    e = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    # offline W&B chosen by the runner; one thread per run; CoDA's kernels eager (compiling
-    # them takes longer than these few steps; their numbers are tested in test_coda.py)
-    e.update(ATTNREPRO_RUNS=str(tmp_path / "runs"), ATTNREPRO_CACHE=str(tmp_path / "cache"),
-             HOME=str(tmp_path), ATTNREPRO_THREADS="1", ATTNREPRO_COMPILE="0")
-    return e
-
-
-def start(script: Path, args: list[str], env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def run(script: Path, args: list[str], env: dict) -> str:
-    return finish(start(script, args, env))
-
-
-def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
-    out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out[-4000:]
-    return out
-
-
-def last_values(path: Path) -> dict[str, float]:
-    out = {}
-    with open(path) as f:
-        for row in csv.DictReader(f):
-            out.update({k: float(v) for k, v in row.items() if v not in ("", None)})
-    return out
+    return {**env, "ATTNREPRO_COMPILE": "0"}
 
 
 def test_table1_grid_runs_every_model_class_and_reports(env, tmp_path):

@@ -1,6 +1,7 @@
 """Relative positions (Shaw et al. 2018): the gather / scatter-add implementation against
-Eq. 3-4 with the (Lq, Lk, d) tensors a^K, a^V formed explicitly, masking, causality, the
-incremental-decoding offset, gradients and the contexts it refuses."""
+Eq. 3-4 with the (Lq, Lk, d) tensors a^K, a^V formed explicitly, masking, causality,
+gradients and the contexts it refuses (the contracts of every mechanism, the
+incremental-decoding offset among them, are in test_contracts.py)."""
 
 from __future__ import annotations
 
@@ -11,20 +12,9 @@ import torch
 
 from attention import MultiHeadAttention, UnsupportedContext, build
 from attention.relative import relative
+from tests.conftest import heads
 
-
-@pytest.fixture(autouse=True)
-def float64():
-    """Formulas are compared in float64; the default is restored for other test files."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
-
-
-def heads(x, h):
-    b, n, d = x.shape
-    return x.view(b, n, h, d // h).transpose(1, 2)
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def naive_relative(core, q, k, v, key_mask, causal):
@@ -84,40 +74,12 @@ def test_positions_matter():
     torch.testing.assert_close(plain(x, x)[0][:, perm], plain(x[:, perm], x[:, perm])[0])
 
 
-def test_incremental_queries_see_the_same_distances():
-    """The last Lq queries against all Lk keys (cached decoding) equal those rows of the full
-    causal attention."""
-    torch.manual_seed(2)
+def test_more_queries_than_keys_is_an_error():
+    """Queries are the last Lq of the Lk positions (cached decoding: test_contracts.py)."""
     core = relative(max_distance=3).multihead(d_model=8, n_heads=2)
-    q, k, v, key_mask = inputs()
-    full, _ = core(q, k, v, key_mask=key_mask, causal=True)
-    last, _ = core(q[..., -2:, :], k, v, key_mask=key_mask, causal=True)
-    torch.testing.assert_close(last, full[..., -2:, :])
+    q, k, v, _ = inputs()
     with pytest.raises(ValueError, match="Lq <= Lk"):
         core(q, k[..., :3, :], v[..., :3, :])
-
-
-def test_causal_self_attention_ignores_the_future():
-    torch.manual_seed(3)
-    mha = MultiHeadAttention(8, 2, relative(max_distance=2))
-    x = torch.randn(2, 6, 8)
-    out, _ = mha(x, x, causal=True)
-    x2 = x.clone()
-    x2[:, 4:] = torch.randn(2, 2, 8) * 3
-    out2, _ = mha(x2, x2, causal=True)
-    torch.testing.assert_close(out[:, :4], out2[:, :4])
-    assert not torch.allclose(out[:, 4:], out2[:, 4:])
-
-
-def test_padded_keys_change_nothing():
-    torch.manual_seed(4)
-    mha = MultiHeadAttention(8, 2, relative(max_distance=2))
-    x = torch.randn(2, 5, 8)
-    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
-    out, _ = mha(x, x, mask)
-    x2 = x.clone()
-    x2[1, 3:] = torch.randn(2, 8) * 5
-    torch.testing.assert_close(mha(x2, x2, mask)[0][1, :3], out[1, :3])
 
 
 @pytest.mark.parametrize("values", [True, False])

@@ -3,13 +3,22 @@ every mechanism (softmax-free ones included), greedy decoding and exact match.""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
+from jsonargparse import ArgumentParser
 
 import attention
 from attention import REGISTRY, build
 from lit_models.metrics import SequenceExactMatch
-from lit_models.transformer import TransformerSeq2Seq
+from lit_models.transformer import (
+    Output,
+    Transformer,
+    TransformerClassifier,
+    TransformerLM,
+    TransformerSeq2Seq,
+)
 
 DECODER_SELF = [n for n, cls in REGISTRY.items() if cls().supports("multihead")]
 
@@ -42,11 +51,11 @@ def test_decoder_is_causal_for_every_mechanism(name):
     changed[:, 4:] = torch.randint(4, 11, (2, 3))
     with torch.no_grad():
         try:
-            a = m(src, src_mask, tgt)
+            a = m(src, src_mask, tgt).logits
         except attention.UnsupportedContext as err:  # declared: no causal form of this option
             assert "causal" in str(err) and name in str(err)
             pytest.skip(str(err))
-        b = m(src, src_mask, changed)
+        b = m(src, src_mask, changed).logits
     assert torch.allclose(a[:, :4], b[:, :4], atol=1e-5)
     assert not torch.allclose(a[:, 4:], b[:, 4:], atol=1e-5)
 
@@ -60,8 +69,9 @@ def test_source_padding_is_invisible(name):
     other[0, 4:] = torch.tensor([5, 6])
     tgt = torch.randint(4, 11, (1, 5))
     with torch.no_grad():
-        assert torch.allclose(m(src, mask, tgt), m(other, mask, tgt), atol=1e-6)
-        assert torch.allclose(m(src, mask, tgt), m(src[:, :4], mask[:, :4], tgt), atol=1e-5)
+        logits = m(src, mask, tgt).logits
+        assert torch.allclose(logits, m(other, mask, tgt).logits, atol=1e-6)
+        assert torch.allclose(logits, m(src[:, :4], mask[:, :4], tgt).logits, atol=1e-5)
 
 
 def test_greedy_decoding_matches_a_step_by_step_argmax():
@@ -73,7 +83,7 @@ def test_greedy_decoding_matches_a_step_by_step_argmax():
         for b in range(3):
             prefix = torch.tensor([[2]])
             for t in range(out.shape[1]):
-                nxt = m(src[b:b + 1], mask[b:b + 1], prefix)[0, -1].argmax()
+                nxt = m(src[b:b + 1], mask[b:b + 1], prefix).logits[0, -1].argmax()
                 assert nxt == out[b, t]
                 if nxt == 3:
                     assert (out[b, t:] == 3).all()
@@ -99,3 +109,45 @@ def test_unsupported_mechanism_error_names_it():
 
     with pytest.raises(attention.UnsupportedContext, match="only_alignment.*multihead"):
         small_model(attention=only_alignment())
+
+
+# what each Transformer may take besides the shared settings: its data sizes and its shape
+OWN_SETTINGS = {
+    TransformerSeq2Seq: {"src_vocab_size", "tgt_vocab_size", "bos_id", "eos_id",
+                         "n_encoder_layers", "n_decoder_layers", "encoder_attention",
+                         "decoder_attention", "cross_attention", "share_embeddings",
+                         "max_decode_len"},
+    TransformerClassifier: {"vocab_size", "num_classes", "n_layers", "pooling"},
+    TransformerLM: {"vocab_size", "n_layers", "tie_output"},
+}
+
+
+@pytest.mark.parametrize("cls", list(OWN_SETTINGS), ids=lambda c: c.__name__)
+def test_the_transformers_share_one_settings_set(cls):
+    """A setting added to one Transformer only (not to ``Transformer``, which all three
+    forward their keywords to) fails here; the CLI still sees every setting flat."""
+    shared = set(inspect.signature(Transformer.__init__).parameters) - {"self"}
+    params = inspect.signature(cls.__init__).parameters
+    assert params["settings"].kind is inspect.Parameter.VAR_KEYWORD
+    own = set(params) - {"self", "settings"}
+    assert own == OWN_SETTINGS[cls], (
+        f"{cls.__name__} has settings of its own the others lack: "
+        f"{sorted(own - OWN_SETTINGS[cls])}; put shared ones in Transformer")
+    parser = ArgumentParser()
+    parser.add_class_arguments(cls, "model")
+    keys = {action.dest for action in parser._actions}
+    assert {f"model.{k}" for k in shared | own} <= keys
+    assert not any(k.startswith("model.settings") for k in keys)
+
+
+def test_every_forward_returns_one_output_type():
+    tokens = torch.randint(4, 11, (2, 5))
+    mask = torch.ones_like(tokens, dtype=torch.bool)
+    models = [(small_model(), (tokens, mask, tokens)),
+              (TransformerClassifier(11, 3, d_model=16, n_heads=2, d_ff=32).eval(), (tokens, mask)),
+              (TransformerLM(11, d_model=16, n_heads=2, d_ff=32).eval(), (tokens, mask))]
+    for model, args in models:
+        plain, weighted = model(*args), model(*args, need_weights=True)
+        assert isinstance(plain, Output) and plain.weights is None
+        assert isinstance(weighted, Output) and weighted.weights
+        torch.testing.assert_close(plain.logits, weighted.logits)

@@ -108,7 +108,7 @@ def test_pooling_of_the_real_tokens(pooling):
     tokens, mask = padded_batch()
     with torch.no_grad():
         h, _ = c.encoder(tokens, mask)
-        logits = c(tokens, mask)
+        logits = c(tokens, mask).logits
     real = h[1, :4]  # the second sequence's real states
     expected = {"mean": real.mean(0), "max": real.max(0).values, "first": real[0]}[pooling]
     assert torch.allclose(logits[1], c.classifier(expected), atol=1e-6)
@@ -129,9 +129,9 @@ def test_padding_does_not_change_the_classifier_output(name, pooling):
     other = tokens.clone()
     other[1, 4:] = torch.tensor([5, 6])  # different ids at the padded positions
     with torch.no_grad():
-        a = c(tokens, mask)
-        b = c(other, mask)
-        alone = c(tokens[1:, :4], mask[1:, :4])  # the short sequence without any padding
+        a = c(tokens, mask).logits
+        b = c(other, mask).logits
+        alone = c(tokens[1:, :4], mask[1:, :4]).logits  # the short sequence without any padding
     assert torch.allclose(a, b, atol=1e-6)
     assert torch.allclose(a[1], alone[0], atol=1e-5)
 
@@ -149,11 +149,11 @@ def test_lm_is_causal_for_every_mechanism(name):
     changed[:, 4:] = torch.randint(4, V, (2, 3))
     with torch.no_grad():
         try:
-            a = lm(tokens)
+            a = lm(tokens).logits
         except attention.UnsupportedContext as err:  # declared: no causal form of this option
             assert "causal" in str(err) and name in str(err)
             pytest.skip(str(err))
-        b = lm(changed)
+        b = lm(changed).logits
     assert torch.allclose(a[:, :4], b[:, :4], atol=1e-5)
     assert not torch.allclose(a[:, 4:], b[:, 4:], atol=1e-5)
 
@@ -180,7 +180,7 @@ def test_perplexity_is_token_weighted_over_batches():
     total, count, per_batch = 0.0, 0, []
     with torch.no_grad():
         for batch in batches:  # -log p(target) by hand, position by position
-            logp = lm(batch["tokens"], batch["mask"]).double().log_softmax(-1)
+            logp = lm(batch["tokens"], batch["mask"]).logits.double().log_softmax(-1)
             nll = [-logp[b, t, batch["targets"][b, t]].item()
                    for b, t in batch["mask"].nonzero().tolist()]
             total, count = total + sum(nll), count + len(nll)
@@ -207,7 +207,7 @@ def test_classifier_accuracy_counts_every_example_of_the_split():
     c = classifier()
     tokens, mask = padded_batch()
     with torch.no_grad():
-        pred = c(tokens, mask).argmax(-1)
+        pred = c(tokens, mask).logits.argmax(-1)
     # batch 1: both right; batch 2: three copies, one right -> 3/5, not the mean 2/3 of batches
     wrong = (pred + 1) % 3
     batches = [{"tokens": tokens, "mask": mask, "label": pred},
@@ -216,6 +216,6 @@ def test_classifier_accuracy_counts_every_example_of_the_split():
     logged = quiet_trainer().test(c, DataLoader(batches, batch_size=None), verbose=False)[0]
     assert logged["test/accuracy"] == pytest.approx(3 / 5)
     with torch.no_grad():
-        losses = [F.cross_entropy(c(b["tokens"], b["mask"]), b["label"], reduction="sum")
+        losses = [F.cross_entropy(c(b["tokens"], b["mask"]).logits, b["label"], reduction="sum")
                   for b in batches]
     assert logged["test/loss"] == pytest.approx(float(sum(losses)) / 5, rel=1e-5)
