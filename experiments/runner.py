@@ -16,6 +16,10 @@ sweep agent calls); ``sweep`` writes the W&B sweep YAML for the grid; ``report``
 paper's table with the paper's numbers beside ours (mean +- std over seeds), read from the
 CSV logs, so it works without W&B.
 
+After ``fit``, ``--run.test_after_fit true`` tests the final weights, or with
+``--run.average_last N`` the average of the run's last N step checkpoints
+(``checkpoints/averaged-last<N>.ckpt``, lit_models/averaging.py), as both translation papers do.
+
 Runs live in ``runs/<experiment>/<group>/<name>/`` ($ATTNREPRO_RUNS moves ``runs/``): the
 CSV metrics, the resolved config, checkpoints and the offline W&B run.  A grid cell's group
 is ``<grid>-<config>`` and its name ``<cell>-seed<k>``.
@@ -172,6 +176,10 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
             parser.add_argument("--run.test_ckpt", type=str | None, default=None,
                                 help="checkpoint to test after fit: None = final weights, "
                                      "'best' = the best monitored checkpoint")
+            parser.add_argument("--run.average_last", type=int | None, default=None,
+                                help="after fit, average the last N step checkpoints into "
+                                     "checkpoints/averaged-last<N>.ckpt and test on it "
+                                     "(None/0: off)")
             parser.add_argument("--run.wandb", type=bool, default=True,
                                 help="log to W&B (offline without an API key)")
             prefix = "model.init_args." if experiment.subclass_mode_model else "model."
@@ -186,11 +194,19 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
                                                 self.config[self.subcommand])
             return super().instantiate_trainer(**kwargs)
 
+        def before_fit(self):
+            check_average_last(self.trainer, self.config["fit"]["run"])
+
         def after_fit(self):
             run = self.config["fit"]["run"]
+            ckpt_path = run.test_ckpt
+            if run.average_last:
+                ckpt_path = average_after_fit(self.trainer, run.average_last)
             if run.test_after_fit:
-                self.trainer.test(self.model, datamodule=self.datamodule,
-                                  ckpt_path=run.test_ckpt)
+                # this run's own checkpoints: their hyper-parameters hold the attention
+                # objects, which torch's weights-only loader refuses
+                self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path,
+                                  weights_only=False if ckpt_path else None)
             finish_wandb()
 
         def after_validate(self):
@@ -209,6 +225,47 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
         # itself (datamodules.common.BucketBatchSampler), so Lightning must not add a sampler
         trainer_defaults={"use_distributed_sampler": False},
     )
+
+
+def check_average_last(trainer, run) -> None:
+    """Before fit: ``--run.average_last N`` needs every step checkpoint kept, and names the
+    checkpoint to test, so it cannot go with ``--run.test_ckpt``."""
+    n = run.average_last
+    if not n:
+        return
+    if n < 0:
+        raise SystemExit(f"--run.average_last must be a number of checkpoints, got {n}")
+    if run.test_ckpt is not None:
+        raise SystemExit(f"--run.average_last {n} tests on the average; it cannot go with "
+                         f"--run.test_ckpt {run.test_ckpt}")
+    callback = trainer.checkpoint_callback
+    if callback is None or callback.save_top_k != -1:
+        found = "none" if callback is None else f"save_top_k {callback.save_top_k}"
+        raise SystemExit(f"--run.average_last {n} averages the last {n} step checkpoints, so "
+                         "the trainer needs a ModelCheckpoint keeping them all (save_top_k: -1, "
+                         f"e.g. every_n_train_steps); found: {found}")
+
+
+def average_after_fit(trainer, n: int) -> Path:
+    """Average the last ``n`` checkpoints of the run (in the trainer's ModelCheckpoint
+    folder) into ``averaged-last<n>.ckpt`` beside them, log which ones, and return its path.
+    Rank 0 writes it; the other processes wait for it."""
+    from lit_models.averaging import average_last, averaged_name
+
+    folder = Path(trainer.checkpoint_callback.dirpath)
+    out = folder / averaged_name(n)
+    if trainer.is_global_zero:
+        try:
+            paths, _ = average_last(folder, n, out)
+        except (FileNotFoundError, ValueError) as e:  # too few checkpoints: say so, no trace
+            raise SystemExit(f"--run.average_last {n}: {e}") from e
+        names = [p.name for p in paths]
+        print(f"averaged the last {n} checkpoints of {folder}: {', '.join(names)} -> {out.name}",
+              flush=True)
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"averaged_checkpoints": names})
+    trainer.strategy.barrier("average_checkpoints")
+    return out
 
 
 def make_loggers(experiment: Experiment, run, model, config) -> list:

@@ -44,3 +44,15 @@ def history(path: str | Path) -> dict[str, list]:
                 key = item.key or "/".join(item.nested_key)
                 values.setdefault(key, []).append(json.loads(item.value_json))
     return values
+
+
+def config(path: str | Path) -> dict:
+    """config key -> value: the run's initial config, then its later updates."""
+    values: dict = {}
+    for r in records(path):
+        kind = r.WhichOneof("record_type")
+        items = r.run.config.update if kind == "run" else r.config.update if kind == "config" \
+            else []
+        for item in items:
+            values[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return values
