@@ -3,7 +3,8 @@ sequence, Transformer vs CoDA Transformer (Tay et al. 2019, Sec. 3.6).
 
     python experiments/coda_mlu.py fit --config experiments/configs/coda_mlu/smoke.yaml
     python experiments/coda_mlu.py grid table6 --config demo
-    python experiments/coda_mlu.py report table6 --config demo
+    python experiments/coda_mlu.py report table6 --config demo --curve
+    python experiments/coda_mlu.py grid curve --config curve --jobs 2    # 20,000-step curves
 """
 
 from datamodules.mlu import MLUDataModule
@@ -46,8 +47,9 @@ EXPERIMENT = Experiment(
                 Cell("coda_encoder", ["--model.attention=softmax",
                                       "--model.encoder_attention=coda"]),
             ],
-            note="Validation exact match every 1,000 steps: results/coda_mlu_curve.csv "
-                 "(python -m experiments.curves coda_mlu curve --config curve).",
+            note="Validation exact match every 1,000 steps: results/coda_mlu_curve.{md,csv,png} "
+                 "(python -m experiments.curves coda_mlu curve --config curve "
+                 "--out results/coda_mlu_curve).",
         ),
     },
 )

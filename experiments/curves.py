@@ -4,7 +4,8 @@
     python -m experiments.curves coda_mlu curve --config curve --out results/coda_mlu_curve
 
 writes ``<out>.csv`` (step, one column per cell: mean over seeds), ``<out>.png`` and
-``<out>.md`` (the table ``report --curve`` prints), and prints the table.
+``<out>.md`` (what ``report --curve`` prints: the grid's table, then the curves), and
+prints the markdown.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import csv
 import importlib
 from pathlib import Path
 
-from experiments.runner import format_curves, learning_curves
+from experiments.runner import format_curves, format_report, learning_curves
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> None:
         for step in steps:
             writer.writerow([step, *("" if step not in mean[c] else f"{mean[c][step]:.2f}"
                                      for c in curves)])
-    table = format_curves(experiment, grid, args.config)
+    table = (format_report(experiment, grid, args.config) + "\n\n"
+             + format_curves(experiment, grid, args.config))
     command = (f"python -m experiments.curves {args.experiment} {args.grid} "
                f"--config {args.config} --out {args.out}")
     out.with_suffix(".md").write_text(f"{table}\n\n(made by `{command}`)\n")
