@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         xs = sorted(per)
         ax.plot(xs, [per[s] for s in xs], marker="o", markersize=3, label=cell)
     ax.set_xlabel("training step")
-    ax.set_ylabel(f"{grid.curve} (x{grid.scale:g})")
+    ax.set_ylabel(f"{grid.curve} ({'%' if grid.scale == 100 else f'x{grid.scale:g}'})")
     ax.set_title(f"{experiment.name} {grid.name} ({args.config})")
     ax.grid(alpha=0.3)
     ax.legend()
