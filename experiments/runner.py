@@ -469,15 +469,20 @@ def read_run_metrics(run_dir: Path, grid: Grid) -> dict[str, float | None]:
     return values
 
 
+def cell_runs(root: Path, cell: Cell) -> list[Path]:
+    """The run folders of ``cell``'s seeds under a grid's folder (not those of another cell
+    whose name starts with this one's)."""
+    return [d for d in sorted(root.glob(f"{cell.name}-seed*"))
+            if d.name[len(cell.name) + 5:].isdigit()]
+
+
 def collect(experiment: Experiment, grid: Grid, config: str) -> dict[str, dict[str, list[float]]]:
     """cell -> metric label -> values over the seeds found in the CSV logs."""
     root = runs_root() / experiment.name / f"{grid.name}-{config}"
     out: dict[str, dict[str, list[float]]] = {}
     for cell in grid.cells:
         per_metric: dict[str, list[float]] = {label: [] for label in grid.metrics}
-        for run_dir in sorted(root.glob(f"{cell.name}-seed*")):
-            if not run_dir.name[len(cell.name) + 5:].isdigit():
-                continue  # another cell whose name starts with this one
+        for run_dir in cell_runs(root, cell):
             for label, v in read_run_metrics(run_dir, grid).items():
                 if v is not None:
                     per_metric[label].append(v * grid.scale)
@@ -528,9 +533,9 @@ def learning_curves(experiment: Experiment, grid: Grid, config: str
     out: dict[str, dict[int, list[float]]] = {}
     for cell in grid.cells:
         steps: dict[int, list[float]] = {}
-        for run_dir in sorted(root.glob(f"{cell.name}-seed*")):
+        for run_dir in cell_runs(root, cell):
             path = run_dir / "metrics.csv"
-            if not run_dir.name[len(cell.name) + 5:].isdigit() or not path.exists():
+            if not path.exists():
                 continue
             with open(path) as f:
                 for row in csv.DictReader(f):
