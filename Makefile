@@ -36,6 +36,7 @@ lint: setup
 
 bench: setup
 	$(BIN)/python -m benchmarks.attention --markdown benchmarks/README.md
+	$(BIN)/python -m benchmarks.decoding --markdown benchmarks/README.md
 
 # regenerate the lock from the current environment (after changing pyproject.toml)
 lock:

@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from datamodules.common import (
     PAD,
@@ -62,7 +62,7 @@ from datamodules.common import (
     settings_key,
     shared_data_dir,
 )
-from datamodules.text import PackedSequences, spacy_tokenize
+from datamodules.text import PackedPairs, PackedSequences, spacy_tokenize
 
 log = logging.getLogger(__name__)
 
@@ -317,33 +317,24 @@ def read_dialogue_nli(path: str | os.PathLike, lowercase: bool = False,
 
 # ----------------------------------------------------------------------------- datasets
 
-class PairDataset(Dataset):
+class PairDataset(PackedPairs):
     """The encoded pairs of one split: premise i and hypothesis i are sequences 2i and 2i+1
     of one :class:`~datamodules.text.PackedSequences` (flat int32 ids, so the full SNLI and
-    MultiNLI training sets stay small in memory).  Item i is i: the collate function
-    gathers, as the BucketBatchSampler hands out lists of indices."""
+    MultiNLI training sets stay small in memory), with their labels and source lines."""
 
     def __init__(self, sequences: PackedSequences, labels: Tensor, lines: Tensor, path: str):
         if len(sequences) != 2 * len(labels):
             raise ValueError(f"{len(sequences)} sequences for {len(labels)} labelled pairs")
-        self.sequences, self.labels = sequences, labels
+        super().__init__(sequences)
+        self.labels = labels
         self.lines, self.path = lines, path  # source line of each pair, for messages and plots
 
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int) -> int:
-        return i
-
-    def premise_ids(self, i: int) -> Tensor:
-        return self.sequences[2 * i][0]
-
-    def hypothesis_ids(self, i: int) -> Tensor:
-        return self.sequences[2 * i + 1][0]
+    premise_ids = PackedPairs.first
+    hypothesis_ids = PackedPairs.second
 
     def bucket_keys(self) -> list[int]:
         """Sort keys for bucketing: premise length, then hypothesis length."""
-        lengths = self.sequences.offsets.diff().view(-1, 2)  # (N, 2)
+        lengths = self.pair_lengths()  # (N, 2)
         return (lengths[:, 0] * (int(lengths[:, 1].max()) + 1) + lengths[:, 1]).tolist()
 
 

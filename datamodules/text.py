@@ -324,6 +324,33 @@ class PackedSequences(Dataset):
         return self.offsets.diff().tolist()
 
 
+class PackedPairs(Dataset):
+    """Pairs of id sequences (premise and hypothesis, source and target) stored as one
+    :class:`PackedSequences`: pair i is sequences 2i and 2i+1.  Item i is i: the collate
+    function gathers, as the bucketing batch sampler hands out lists of indices."""
+
+    def __init__(self, sequences: PackedSequences):
+        if len(sequences) % 2:
+            raise ValueError(f"{len(sequences)} sequences do not make pairs")
+        self.sequences = sequences
+
+    def __len__(self) -> int:
+        return len(self.sequences) // 2
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+    def first(self, i: int) -> Tensor:
+        return self.sequences[2 * i][0]
+
+    def second(self, i: int) -> Tensor:
+        return self.sequences[2 * i + 1][0]
+
+    def pair_lengths(self) -> Tensor:
+        """(N, 2) the lengths of the first and second sequence of every pair."""
+        return self.sequences.offsets.diff().view(-1, 2)
+
+
 def collate_classification(batch: Sequence[tuple[Tensor, int]], pad_id: int) -> dict[str, Tensor]:
     """``tokens`` (B,L) long, ``mask`` (B,L) bool (True = real token), ``label`` (B,) long."""
     tokens, mask = pad([ids for ids, _ in batch], pad_id)

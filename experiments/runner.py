@@ -75,13 +75,20 @@ class Grid:
 
     name: str
     title: str
-    metrics: dict[str, str]  # column label -> logged metric key, e.g. {"Acc": "test/exact_match"}
+    #: column label -> logged metric key, e.g. {"Acc": "test/exact_match"}; a key
+    #: ``hparams/<name>`` reads the run's hparams.yaml (e.g. ``hparams/n_parameters``)
+    metrics: dict[str, str]
     cells: list[Cell]
     scale: float = 100.0  # logged fraction -> the paper's units (percent)
+    #: per column label, a scale other than ``scale`` (e.g. {"Params (M)": 1e-6})
+    scales: dict[str, float] = field(default_factory=dict)
     note: str = ""
     goal: str = "maximize"  # of the first metric, for the W&B sweep ("minimize": perplexity)
     #: the validation metric whose learning curve ``report --curve`` tabulates per step
     curve: str | None = None
+
+    def scale_of(self, label: str) -> float:
+        return self.scales.get(label, self.scale)
 
     def cell(self, name: str) -> Cell:
         for c in self.cells:
@@ -397,7 +404,7 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
                       + "\n    ".join(tail), flush=True)
             else:
                 values = read_run_metrics(run_dir, grid)
-                shown = ", ".join(f"{k} {v * grid.scale:.2f}" for k, v in values.items()
+                shown = ", ".join(f"{k} {v * grid.scale_of(k):.2f}" for k, v in values.items()
                                   if v is not None)
                 print(f"  done {c.name} seed {s} ({took:.0f}s): {shown}", flush=True)
         time.sleep(0.2)
@@ -456,7 +463,8 @@ def write_sweep(experiment: Experiment, argv: list[str]) -> None:
 
 
 def read_run_metrics(run_dir: Path, grid: Grid) -> dict[str, float | None]:
-    """The last logged value of each of the grid's metrics in a run's metrics.csv."""
+    """The last logged value of each of the grid's metrics in a run's metrics.csv (the value
+    in its hparams.yaml for ``hparams/<name>`` keys), None where there is none."""
     values: dict[str, float | None] = {label: None for label in grid.metrics}
     path = run_dir / "metrics.csv"
     if not path.exists():
@@ -466,6 +474,14 @@ def read_run_metrics(run_dir: Path, grid: Grid) -> dict[str, float | None]:
             for label, key in grid.metrics.items():
                 if row.get(key) not in (None, ""):
                     values[label] = float(row[key])
+    hparams = run_dir / "hparams.yaml"
+    wanted = {label: key.split("/", 1)[1] for label, key in grid.metrics.items()
+              if key.startswith("hparams/")}
+    if wanted and hparams.exists():
+        logged = yaml.safe_load(hparams.read_text()) or {}
+        for label, name in wanted.items():
+            if isinstance(logged.get(name), (int, float)):
+                values[label] = float(logged[name])
     return values
 
 
@@ -485,7 +501,7 @@ def collect(experiment: Experiment, grid: Grid, config: str) -> dict[str, dict[s
         for run_dir in cell_runs(root, cell):
             for label, v in read_run_metrics(run_dir, grid).items():
                 if v is not None:
-                    per_metric[label].append(v * grid.scale)
+                    per_metric[label].append(v * grid.scale_of(label))
         out[cell.name] = per_metric
     return out
 

@@ -1,9 +1,10 @@
 """What every LightningModule of the suite shares: the optimiser and its schedule, the
-parameter count, and the attention tags logged with each run."""
+parameter count, the training speed, and the attention tags logged with each run."""
 
 from __future__ import annotations
 
 import math
+import time
 from typing import Literal
 
 import lightning as L
@@ -29,10 +30,31 @@ class AttnReproModule(L.LightningModule):
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
+    #: training steps not timed at the start of a run (allocation, compilation, caches)
+    untimed_steps = 5
+
     def on_fit_start(self) -> None:
         tags = {f"attention/{k}": m.tag() for k, m in self.mechanisms.items()}
         for logger in self.loggers:
             logger.log_hyperparams({"n_parameters": self.n_parameters(), **tags})
+        self._speed = {"steps": -self.untimed_steps, "seconds": 0.0, "start": None}
+
+    def on_train_batch_start(self, batch, batch_idx) -> None:
+        if hasattr(self, "_speed"):
+            self._speed["start"] = time.perf_counter()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        """Logs ``train/steps_per_second``: optimiser steps per second of training-step time
+        (forward, backward, optimiser; data loading, validation and logging excluded) since
+        the first ``untimed_steps`` steps (Differentiable Window Table 4 reports it beside
+        ``n_parameters``, which :meth:`on_fit_start` logs as a hyper-parameter)."""
+        speed = getattr(self, "_speed", None)
+        if speed is None or speed["start"] is None:
+            return
+        speed["steps"] += 1
+        if speed["steps"] > 0:
+            speed["seconds"] += time.perf_counter() - speed["start"]
+            self.log("train/steps_per_second", speed["steps"] / speed["seconds"])
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of the base learning rate after ``step`` optimiser steps."""

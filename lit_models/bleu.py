@@ -22,6 +22,10 @@ The one difference from ``multi-bleu.perl``: when some n-gram order has no match
 multi-bleu.perl gives 0 and sacreBLEU (default ``smooth:exp``) a small positive score; both
 are the same whenever every order from 1 to 4 has a match, as on any real test set.  The
 tokenized signature says ``tok:none`` and, with splitting, ``+compound-split``.
+
+:func:`translation_bleu` scores a model's decoded ids against a translation DataModule's
+references both ways (the paper's and sacreBLEU's); :func:`write_translation_report` writes
+it beside a run.
 """
 
 from __future__ import annotations
@@ -113,3 +117,61 @@ def write_hypotheses(path: str | Path, ids: Sequence, sources: Sequence[str],
             row = [v.item() if hasattr(v, "item") else v for v in row]
             f.write(json.dumps(dict(zip(columns, row)), ensure_ascii=False) + "\n")
     return path
+
+
+#: the BLEU a paper reports, as a translation DataModule names it in its ``bleu`` attribute
+PAPER_BLEU = ("tokenized", "tokenized+compound_split", "detokenized")
+
+
+def translation_bleu(datamodule, stage: str, indices: Sequence[int],
+                     token_ids: Sequence[Sequence[int]]) -> dict:
+    """BLEU of decoded target ids against a translation DataModule's references of the
+    examples ``indices`` of split ``stage`` (datamodules/translation.py):
+
+    * ``bleu``: the BLEU the paper reports, ``datamodule.bleu``: ``tokenized`` (on the
+      references as the DataModule's ``references`` gives them, e.g. the tokenized IWSLT'15
+      release), ``tokenized+compound_split`` (WMT'14 En-De) or ``detokenized``;
+    * ``sacrebleu``: sacreBLEU's own, ``datamodule.detokenize`` of each hypothesis against
+      ``datamodule.raw_references``.
+
+    Returns {"bleu": {...}, "sacrebleu": {...}} (:class:`BleuResult` fields) and
+    ``examples`` (id, source, hypothesis, reference per example, in ``indices`` order)."""
+    kind = datamodule.bleu
+    if kind not in PAPER_BLEU:
+        raise ValueError(f"{type(datamodule).__name__}.bleu must be one of {PAPER_BLEU}, "
+                         f"got {kind!r}")
+    hypotheses = [datamodule.decode(ids) for ids in token_ids]
+    references, raw = datamodule.references(stage), datamodule.raw_references(stage)
+    sources = datamodule.sources(stage)
+    for i in indices:
+        if not 0 <= i < len(references):
+            raise ValueError(f"example index {i} outside the {len(references)} {stage} "
+                             "references")
+    detokenized = [datamodule.detokenize(h) for h in hypotheses]
+    raw_refs = [raw[i] for i in indices]
+    sacre = detokenized_bleu(detokenized, raw_refs)
+    if kind == "detokenized":
+        paper = sacre
+    else:
+        paper = tokenized_bleu(hypotheses, [references[i] for i in indices],
+                               compound_split=kind == "tokenized+compound_split")
+    return {"bleu": paper._asdict() | {"kind": kind},
+            "sacrebleu": sacre._asdict() | {"kind": "detokenized"},
+            "examples": {"id": list(indices), "source": [sources[i] for i in indices],
+                         "hypothesis": hypotheses,
+                         "reference": [references[i] for i in indices]}}
+
+
+def write_translation_report(run_dir: str | Path, stage: str, report: dict) -> tuple[Path, Path]:
+    """``hypotheses-<stage>.jsonl`` (:func:`write_hypotheses`) and ``bleu-<stage>.json``
+    (both scores with their signatures) in ``run_dir``."""
+    run_dir = Path(run_dir)
+    examples = report["examples"]
+    hyp_path = write_hypotheses(run_dir / f"hypotheses-{stage}.jsonl", examples["id"],
+                                examples["source"], examples["hypothesis"],
+                                examples["reference"])
+    scores = {k: v for k, v in report.items() if k != "examples"} | {
+        "examples": len(examples["id"])}
+    bleu_path = run_dir / f"bleu-{stage}.json"
+    bleu_path.write_text(json.dumps(scores, indent=1) + "\n", encoding="utf-8")
+    return hyp_path, bleu_path

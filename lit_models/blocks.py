@@ -1,16 +1,29 @@
 """Transformer blocks shared by TransformerSeq2Seq, TransformerClassifier and TransformerLM.
 
-Vaswani et al. 2017 with pre-layer-normalisation (as tensor2tensor's transformer_tiny /
-transformer_base_v2 that the CoDA paper ran: normalise, transform, dropout, add) and
-sinusoidal positions.  Every attention module takes its own mechanism: the per-module
-flags of :func:`layer_mechanisms` put a mechanism into the lowest ``layers`` layers
-(Differentiable Window Sec. 4.3 / Table 2) and softmax above them.
+Vaswani et al. 2017 with sinusoidal positions and either layer normalisation:
+
+* ``norm="pre"`` (tensor2tensor's transformer_tiny / transformer_base_v2 that the CoDA paper
+  ran): normalise, transform, dropout, add; a final layer norm after the last layer;
+* ``norm="post"`` (Vaswani et al.; fairseq's ``transformer_wmt_en_de`` that the
+  Differentiable Window paper ran): transform, dropout, add, normalise; no final layer norm.
+
+Every attention module takes its own mechanism: the per-module flags of
+:func:`layer_mechanisms` put a mechanism into the lowest ``layers`` layers (Differentiable
+Window Sec. 4.3 / Table 2) and softmax above them.
+
+Incremental decoding: :meth:`Decoder.forward` with a ``cache`` dict runs only the new target
+positions and keeps, per layer, the projected keys and values of the earlier positions
+(self-attention) and of the memory (cross-attention) in that dict
+(:class:`attention.MultiHeadAttention`), as fairseq's ``incremental_state``; a step then
+costs O(t) instead of a full re-forward.  Beam search reorders it with
+:func:`lit_models.decoding.select_rows`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -31,6 +44,11 @@ class TransformerConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.1
     pad_id: int = 0
+    norm: Literal["pre", "post"] = "pre"
+
+    def __post_init__(self):
+        if self.norm not in ("pre", "post"):
+            raise ValueError(f"norm must be 'pre' or 'post', got {self.norm!r}")
 
 
 def layer_mechanisms(mechanism: Mechanism, n_layers: int, layers: int | None) -> list[Mechanism]:
@@ -65,15 +83,41 @@ class Embedding(nn.Module):
         self.scale = math.sqrt(d_model)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, ids: Tensor) -> Tensor:  # (B,L) -> (B,L,D)
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        """(B,L) ids at positions start .. start+L-1 -> (B,L,D)."""
         x = self.tokens(ids) * self.scale
-        return self.dropout(x + sinusoid_positions(ids.shape[1], x.shape[-1], x.device))
+        positions = sinusoid_positions(start + ids.shape[1], x.shape[-1], x.device)[start:]
+        return self.dropout(x + positions)
 
 
 class FeedForward(nn.Sequential):
     def __init__(self, config: TransformerConfig):
         super().__init__(nn.Linear(config.d_model, config.d_ff), nn.ReLU(),
                          nn.Dropout(config.dropout), nn.Linear(config.d_ff, config.d_model))
+
+
+class Residual(nn.Module):
+    """One sub-layer's residual connection with its layer norm, pre or post
+    (module docstring): ``forward(x, output)`` where ``output = sublayer(self.input(x))``."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.norm = nn.LayerNorm(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre = config.norm == "pre"
+
+    def input(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre else x
+
+    def forward(self, x: Tensor, output: Tensor) -> Tensor:
+        x = x + self.dropout(output)
+        return x if self.pre else self.norm(x)
+
+
+def final_norm(config: TransformerConfig) -> nn.Module:
+    """The layer norm after the last layer: pre-norm stacks need it, post-norm ones end
+    normalised."""
+    return nn.LayerNorm(config.d_model) if config.norm == "pre" else nn.Identity()
 
 
 def _attention(config: TransformerConfig, mechanism: Mechanism, self_attention: bool):
@@ -84,46 +128,49 @@ def _attention(config: TransformerConfig, mechanism: Mechanism, self_attention: 
 class EncoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig, mechanism: Mechanism):
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(config.d_model), nn.LayerNorm(config.d_model)
         self.self_attn = _attention(config, mechanism, self_attention=True)
         self.ff = FeedForward(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.res_attn, self.res_ff = Residual(config), Residual(config)
 
     def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False):
-        h = self.norm1(x)
+        h = self.res_attn.input(x)
         a, w = self.self_attn(h, h, mask, need_weights=need_weights)
-        x = x + self.dropout(a)
-        x = x + self.dropout(self.ff(self.norm2(x)))
+        x = self.res_attn(x, a)
+        x = self.res_ff(x, self.ff(self.res_ff.input(x)))
         return x, w
 
 
 class DecoderLayer(nn.Module):
     """Causal self-attention, then cross-attention over the memory (omitted in a language
-    model), then the feed-forward block."""
+    model), then the feed-forward block.  With ``cache`` (a dict this layer fills), ``y``
+    holds only the new positions (module docstring)."""
 
     def __init__(self, config: TransformerConfig, self_mechanism: Mechanism,
                  cross_mechanism: Mechanism | None):
         super().__init__()
-        self.norm1, self.norm3 = nn.LayerNorm(config.d_model), nn.LayerNorm(config.d_model)
         self.self_attn = _attention(config, self_mechanism, self_attention=True)
+        self.res_self = Residual(config)
         self.cross_attn = None
         if cross_mechanism is not None:
-            self.norm2 = nn.LayerNorm(config.d_model)
             self.cross_attn = _attention(config, cross_mechanism, self_attention=False)
+            self.res_cross = Residual(config)
         self.ff = FeedForward(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.res_ff = Residual(config)
 
     def forward(self, y: Tensor, y_mask: Tensor | None, memory: Tensor | None = None,
-                memory_mask: Tensor | None = None, need_weights: bool = False):
-        h = self.norm1(y)
-        a, w_self = self.self_attn(h, h, y_mask, causal=True, need_weights=need_weights)
-        y = y + self.dropout(a)
+                memory_mask: Tensor | None = None, need_weights: bool = False,
+                cache: dict | None = None):
+        h = self.res_self.input(y)
+        a, w_self = self.self_attn(h, h, y_mask, causal=True, need_weights=need_weights,
+                                   cache=None if cache is None else cache.setdefault("self", {}))
+        y = self.res_self(y, a)
         w_cross = None
         if self.cross_attn is not None:
-            a, w_cross = self.cross_attn(self.norm2(y), memory, memory_mask,
-                                         need_weights=need_weights)
-            y = y + self.dropout(a)
-        y = y + self.dropout(self.ff(self.norm3(y)))
+            a, w_cross = self.cross_attn(
+                self.res_cross.input(y), memory, memory_mask, need_weights=need_weights,
+                cache=None if cache is None else cache.setdefault("cross", {}))
+            y = self.res_cross(y, a)
+        y = self.res_ff(y, self.ff(self.res_ff.input(y)))
         return y, (w_self, w_cross)
 
 
@@ -137,7 +184,7 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(
             EncoderLayer(config, m)
             for m in layer_mechanisms(build(mechanism), n_layers, attention_layers))
-        self.norm = nn.LayerNorm(config.d_model)
+        self.norm = final_norm(config)
 
     def forward(self, ids: Tensor, mask: Tensor, need_weights: bool = False):
         x = self.embed(ids)
@@ -162,17 +209,29 @@ class Decoder(nn.Module):
         crosses = (layer_mechanisms(build(cross_mechanism), n_layers, attention_layers)
                    if cross_mechanism is not None else [None] * n_layers)
         self.layers = nn.ModuleList(DecoderLayer(config, s, c) for s, c in zip(selfs, crosses))
-        self.norm = nn.LayerNorm(config.d_model)
+        self.norm = final_norm(config)
         self.out = nn.Linear(config.d_model, vocab_size, bias=False)
         if tie_output:
             self.out.weight = self.embed.tokens.weight
 
     def forward(self, ids: Tensor, mask: Tensor | None, memory: Tensor | None = None,
-                memory_mask: Tensor | None = None, need_weights: bool = False):
-        """ids (B,T) -> logits (B,T,V) and per-layer (self, cross) weights."""
-        y = self.embed(ids)
+                memory_mask: Tensor | None = None, need_weights: bool = False,
+                cache: dict | None = None):
+        """ids (B,T) -> logits (B,T,V) and per-layer (self, cross) weights.
+
+        With ``cache`` (an empty dict before the first call, then what this method left in
+        it, reordered as beam search needs), ``ids`` are the next positions only: their
+        logits equal those rows of the full forward (``mask`` then covers the new positions
+        only, or None)."""
+        start = 0
+        if cache is not None:
+            start = cache.get("length", 0)
+            layers = cache.setdefault("layers", [{} for _ in self.layers])
+            cache["length"] = start + ids.shape[1]
+        y = self.embed(ids, start)
         weights = []
-        for layer in self.layers:
-            y, w = layer(y, mask, memory, memory_mask, need_weights)
+        for i, layer in enumerate(self.layers):
+            y, w = layer(y, mask, memory, memory_mask, need_weights,
+                         cache=None if cache is None else layers[i])
             weights.append(w)
         return self.out(self.norm(y)), weights

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
@@ -32,8 +33,9 @@ from attention.masking import masked_max, masked_mean
 from attention.softmax import softmax
 from lit_models.base import AttnReproModule
 from lit_models.blocks import Decoder, Encoder, TransformerConfig
-from lit_models.decoding import greedy_decode
+from lit_models.decoding import Hypotheses, LengthPenalty, repeat_beams
 from lit_models.metrics import Perplexity, SequenceExactMatch
+from lit_models.seq2seq import Seq2SeqTask, check_decoding
 
 
 class Output(NamedTuple):
@@ -49,6 +51,8 @@ class Transformer(AttnReproModule):
 
     Sizes (tensor2tensor's transformer_tiny by default): ``d_model``, ``n_heads``, ``d_ff``;
     ``dropout`` (residual, embedding and feed-forward) and ``attention_dropout``; ``pad_id``;
+    ``norm``, layer normalisation before each sub-layer (``pre``, tensor2tensor) or after the
+    residual addition (``post``, Vaswani et al. and fairseq; lit_models/blocks.py);
     ``attention``, the mechanism of every attention module, in the lowest
     ``attention_layers`` layers (None: all; softmax above); ``label_smoothing`` of the
     training loss; the optimiser (Adam(W) with ``betas`` and ``weight_decay``, peak ``lr``,
@@ -63,6 +67,7 @@ class Transformer(AttnReproModule):
         d_ff: int = 512,
         dropout: float = 0.1,
         attention_dropout: float = 0.1,
+        norm: Literal["pre", "post"] = "pre",
         attention: Mechanism = softmax(),  # noqa: B008 - an immutable flag value
         attention_layers: int | None = None,
         label_smoothing: float = 0.0,
@@ -82,17 +87,22 @@ class Transformer(AttnReproModule):
         self.attention = build(attention)
         self.config = TransformerConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff,
                                         dropout=dropout, attention_dropout=attention_dropout,
-                                        pad_id=pad_id)
+                                        pad_id=pad_id, norm=norm)
 
 
-class TransformerSeq2Seq(Transformer):
-    """Encoder-decoder Transformer (Vaswani et al. 2017) for transduction tasks.
+class TransformerSeq2Seq(Seq2SeqTask, Transformer):
+    """Encoder-decoder Transformer (Vaswani et al. 2017) for transduction tasks: translation
+    (CoDA Table 4, Differentiable Window Tables 1-4), MLU and text2code (CoDA Tables 6-7).
 
-    Batches: src (B,Ls), src_mask, tgt_in (B,Lt) starting with bos, tgt_out (B,Lt) ending
-    with eos, tgt_mask.  Logs loss and per-sequence exact match of greedy decoding on
-    validation and test.  Besides the shared settings (:class:`Transformer`):
-    ``encoder_attention``, ``decoder_attention`` and ``cross_attention`` override
-    ``attention`` per module.
+    Besides the shared settings (:class:`Transformer`): ``encoder_attention``,
+    ``decoder_attention`` and ``cross_attention`` override ``attention`` per module (e.g.
+    ``--model.cross_attention window --model.cross_attention.segment_size 5`` is DW's
+    Cr(AW,Seg)); ``share_embeddings`` ties the source and target embeddings (one joint
+    vocabulary, as fairseq's ``--share-all-embeddings``; the output projection is tied to
+    the target embedding in any case).  Batches, decoding (``beam_size``,
+    ``length_penalty``, ``alpha``, ``max_len_a``, ``max_decode_len``) and what is logged:
+    :mod:`lit_models.seq2seq`.  Decoding is incremental: the decoder's keys and values are
+    cached per layer (lit_models/blocks.py), so a step costs O(t).
     """
 
     def __init__(
@@ -107,9 +117,14 @@ class TransformerSeq2Seq(Transformer):
         decoder_attention: Mechanism | None = None,
         cross_attention: Mechanism | None = None,
         share_embeddings: bool = False,
+        beam_size: int = 1,
+        length_penalty: LengthPenalty = "gnmt",
+        alpha: float = 0.0,
+        max_len_a: float = 0.0,
         max_decode_len: int = 10,
         **settings,
     ):
+        check_decoding(beam_size, max_len_a, max_decode_len)
         super().__init__(**settings)
         self.mechanisms = {name: self.attention if flag is None else build(flag)
                            for name, flag in (("encoder", encoder_attention),
@@ -123,7 +138,9 @@ class TransformerSeq2Seq(Transformer):
         if share_embeddings:
             if src_vocab_size != tgt_vocab_size:
                 raise ValueError("share_embeddings needs one vocabulary for source and target")
-            self.decoder.embed.tokens.weight = self.encoder.embed.tokens.weight
+            shared = self.encoder.embed.tokens.weight
+            self.decoder.embed.tokens.weight = shared
+            self.decoder.out.weight = shared  # the output projection is tied to it as well
         self.val_exact = SequenceExactMatch(eos_id)
         self.test_exact = SequenceExactMatch(eos_id)
 
@@ -133,43 +150,28 @@ class TransformerSeq2Seq(Transformer):
         logits, dec_w = self.decoder(tgt_in, tgt_mask, memory, src_mask, need_weights)
         return Output(logits, {"encoder": enc_w, "decoder": dec_w} if need_weights else None)
 
-    def loss(self, logits, batch, smoothing: float):
-        return F.cross_entropy(logits.transpose(1, 2), batch["tgt_out"],
-                               ignore_index=self.hparams.pad_id, label_smoothing=smoothing)
-
-    def generate(self, src, src_mask, max_len: int | None = None):
-        """Greedy decoding: (B, <=max_len) ids ending in eos (padded with eos)."""
+    @torch.no_grad()
+    def generate(self, src, src_mask, beam_size: int | None = None,
+                 max_len: int | Tensor | None = None, cached: bool = True) -> Hypotheses:
+        """Beam search with this model's settings unless given (:meth:`search`).
+        ``cached=False`` re-runs the decoder over the whole prefix at every step instead of
+        the incremental step (the same output; for tests and ``make bench``)."""
+        k = beam_size or self.hparams.beam_size
         memory, _ = self.encoder(src, src_mask)
+        state = {"memory": repeat_beams(memory, k), "memory_mask": repeat_beams(src_mask, k),
+                 "cache": {} if cached else None}
 
-        def next_logits(prefix):
-            logits, _ = self.decoder(prefix, None, memory, src_mask)
-            return logits[:, -1]
+        def step(prefix, state):
+            if state["cache"] is None:
+                logits, _ = self.decoder(prefix, None, state["memory"], state["memory_mask"])
+                return logits[:, -1].log_softmax(-1, dtype=torch.float32), state
+            logits, _ = self.decoder(prefix[:, -1:], None, state["memory"],
+                                     state["memory_mask"], cache=state["cache"])
+            # after the first step the memory lives in the cross-attention caches
+            return (logits[:, -1].log_softmax(-1, dtype=torch.float32),
+                    {"memory": None, "memory_mask": None, "cache": state["cache"]})
 
-        return greedy_decode(next_logits, src.shape[0], self.hparams.bos_id,
-                             self.hparams.eos_id, max_len or self.hparams.max_decode_len,
-                             src.device)
-
-    def training_step(self, batch, batch_idx):
-        logits = self(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"]).logits
-        loss = self.loss(logits, batch, self.hparams.label_smoothing)
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch["src"].shape[0])
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
-        return loss
-
-    def _evaluate(self, batch, stage: str, metric: SequenceExactMatch):
-        bsz = batch["src"].shape[0]
-        logits = self(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"]).logits
-        self.log(f"{stage}/loss", self.loss(logits, batch, 0.0), batch_size=bsz, sync_dist=True)
-        pred = self.generate(batch["src"], batch["src_mask"],
-                             max_len=batch["tgt_out"].shape[1])
-        metric.update(pred, batch["tgt_out"], batch["tgt_mask"])
-        self.log(f"{stage}/exact_match", metric, batch_size=bsz, prog_bar=True)
-
-    def validation_step(self, batch, batch_idx):
-        self._evaluate(batch, "val", self.val_exact)
-
-    def test_step(self, batch, batch_idx):
-        self._evaluate(batch, "test", self.test_exact)
+        return self.search(step, state, src_mask, k, max_len)
 
 
 class TransformerClassifier(Transformer):

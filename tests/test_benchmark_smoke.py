@@ -92,3 +92,23 @@ def test_nli_step_benchmark_times_every_model_against_vanilla(shared):
     assert [r["model"] for r in rows] == ["vanilla", "exact K=3", "latent K=4", "exact K=4"]
     assert rows[0]["ratio_vs_vanilla"] == 1.0
     assert all(r["steps"] == 3 and r["step_ms"] > 0 for r in rows)
+
+
+def test_decoding_benchmark_times_cached_against_full_decoding(tmp_path):
+    """benchmarks.decoding on tiny sizes: greedy and beam 4, each cached and re-forwarded,
+    ratios against cached greedy of the same run, the markdown section appended."""
+    report = tmp_path / "README.md"
+    report.write_text("# before\n")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.decoding", "--quick", "--json",
+                           "--markdown", str(report)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["beam"], r["cached"]) for r in rows] == [(1, True), (1, False), (4, True),
+                                                         (4, False)]
+    assert rows[0]["ratio_vs_cached_greedy"] == 1.0
+    assert all(r["sentences_per_s"] > 0 for r in rows)
+    assert {"speedup_of_cache"} <= rows[0].keys() and {"speedup_of_cache"} <= rows[2].keys()
+    text = report.read_text()
+    assert text.startswith("# before\n") and "## Incremental decoding" in text
+    assert "| beam 4 | full re-forward |" in text

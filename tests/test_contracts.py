@@ -12,7 +12,10 @@ tests/test_attentions.py): in each context a mechanism supports (attention/base.
     the real outputs and weights as they were, and a right-padded sequence gives what it
     gives alone;
 (e) causal attention ignores the future: changing position > i leaves rows <= i unchanged,
-    and future keys get exactly zero weight.
+    and future keys get exactly zero weight;
+(f) incremental decoding with cached keys and values (MultiHeadAttention's ``cache``) equals
+    the full forward: causal self-attention fed one or two positions at a time, and
+    cross-attention with its memory projected once, reordered as beam search does.
 
 A mechanism added to the registry gets every test here; its own file keeps only the tests
 against its paper's formulas.  float64 throughout, dropout 0 (eval mode).  Where a mechanism
@@ -28,6 +31,7 @@ import pytest
 import torch
 
 from attention import REGISTRY, Mechanism, MultiHeadAttention, UnsupportedContext, build
+from lit_models.decoding import select_rows
 
 DT = torch.float64
 TIGHT = dict(rtol=1e-10, atol=1e-12)
@@ -203,6 +207,42 @@ def test_causal_step_equals_the_full_row(mechanism, mode):
             same(out_t, out[:, first:t + 1], f"queries {first}..{t} over keys 0..{t}, output")
             same(weights_t, weights[:, :, first:t + 1, :t + 1],
                  f"queries {first}..{t} over keys 0..{t}, weights")
+
+
+@pytest.mark.parametrize("mechanism,mode", cases("multihead", ("causal", "cross")))
+def test_cached_incremental_attention_equals_the_full_forward(mechanism, mode):
+    """(f): the decoder's two attention modules run step by step with a cache, as beam
+    search runs them, give the rows of the full forward; after a reorder of the cache (beam
+    search's parents), the rows of the reordered sequences."""
+    mha, queries, keys, mask = multihead(mechanism, mode)
+    full, full_weights = attend(mha, mode, queries, keys, mask)
+    for chunk in (1, 2):
+        cache, rows, weight_rows = {}, [], []
+        for first in range(0, queries.shape[1], chunk):
+            new = slice(first, first + chunk)
+            if mode == "cross":
+                out, weights = mha(queries[:, new], keys, mask, need_weights=True, cache=cache)
+            else:
+                out, weights = mha(queries[:, new], queries[:, new], mask[:, new], causal=True,
+                                   need_weights=True, cache=cache)
+            rows.append(out)
+            weight_rows.append(torch.nn.functional.pad(
+                weights, (0, full_weights.shape[-1] - weights.shape[-1])))
+        same(torch.cat(rows, 1), full, f"{chunk} position(s) per step, output")
+        same(torch.cat(weight_rows, 2), full_weights, f"{chunk} position(s) per step, weights")
+
+    # beam search: after two steps, continue the sequences in reversed order
+    cache, t = {}, 2
+    for i in range(t):
+        kv = keys if mode == "cross" else queries[:, i:i + 1]
+        kv_mask = mask if mode == "cross" else mask[:, i:i + 1]
+        mha(queries[:, i:i + 1], kv, kv_mask, causal=mode != "cross", cache=cache)
+    index = torch.arange(len(mask)).flip(0)
+    cache = select_rows(cache, index)
+    kv = keys[index] if mode == "cross" else queries[index, t:t + 1]
+    kv_mask = mask[index] if mode == "cross" else mask[index, t:t + 1]
+    out, _ = mha(queries[index, t:t + 1], kv, kv_mask, causal=mode != "cross", cache=cache)
+    same(out, full[index, t:t + 1], "reordered cache, output")
 
 
 # -- pairwise alignment ------------------------------------------------------------------------

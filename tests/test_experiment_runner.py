@@ -28,6 +28,7 @@ def test_fit_logs_to_csv_and_offline_wandb_with_a_mid_training_checkpoint(env, t
     run_dir = tmp_path / "runs" / "coda_mlu" / "e2e" / "one"
     csv_values = last_values(run_dir / "metrics.csv")
     assert {"train/loss", "val/exact_match", "test/exact_match"} <= set(csv_values)
+    assert csv_values["train/steps_per_second"] > 0  # DW Table 4's speed, every run
     # max_steps 20 in the smoke config: a checkpoint from the middle, not only the end
     assert (run_dir / "checkpoints" / "epoch=0-step=10.ckpt").exists()
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -124,3 +125,24 @@ def test_learning_curves_from_written_logs(tmp_path, monkeypatch):
         "step,transformer,coda", "1000,15.00,15.00", "2000,35.00,"]
     md = (tmp_path / "c.md").read_text()
     assert (tmp_path / "c.png").stat().st_size > 0 and "| 2000 |" in md and "not run" in md
+
+
+def test_report_reads_hyperparameters_and_scales_each_column(tmp_path, monkeypatch):
+    """A grid column may read the run's hparams.yaml (``hparams/n_parameters``, as DW Table 4)
+    and have a scale of its own (parameters in millions beside steps/s as logged)."""
+    from experiments.runner import Cell, Experiment, Grid, format_report
+
+    monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
+    grid = Grid("t4", "speed", {"Params (M)": "hparams/n_parameters",
+                                "Steps/s": "train/steps_per_second"},
+                [Cell("base", [], {"Params (M)": 63, "Steps/s": 1.2}), Cell("ours")],
+                scale=1.0, scales={"Params (M)": 1e-6})
+    experiment = Experiment("x", object, object, {"t4": grid})
+    monkeypatch.setattr(Experiment, "config_path", lambda self, c: SMOKE)
+    run_dir = tmp_path / "runs" / "x" / "t4-smoke" / "base-seed0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.csv").write_text("step,train/steps_per_second\n4,2.0\n9,2.5\n")
+    (run_dir / "hparams.yaml").write_text("n_parameters: 60915712\nmodel: {d_model: 512}\n")
+    rows = format_report(experiment, grid, "smoke").splitlines()
+    assert "| base | 63.00 | 60.92 (n=1) | 1.20 | 2.50 (n=1) |" in rows
+    assert "| ours | - | not run | - | not run |" in rows

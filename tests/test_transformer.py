@@ -78,7 +78,7 @@ def test_greedy_decoding_matches_a_step_by_step_argmax():
     m = small_model(attention=build("coda"))
     src = torch.randint(4, 13, (3, 5))
     mask = torch.ones_like(src, dtype=torch.bool)
-    out = m.generate(src, mask, max_len=6)
+    out = m.generate(src, mask, max_len=6).tokens
     with torch.no_grad():
         for b in range(3):
             prefix = torch.tensor([[2]])
@@ -116,7 +116,7 @@ OWN_SETTINGS = {
     TransformerSeq2Seq: {"src_vocab_size", "tgt_vocab_size", "bos_id", "eos_id",
                          "n_encoder_layers", "n_decoder_layers", "encoder_attention",
                          "decoder_attention", "cross_attention", "share_embeddings",
-                         "max_decode_len"},
+                         "beam_size", "length_penalty", "alpha", "max_len_a", "max_decode_len"},
     TransformerClassifier: {"vocab_size", "num_classes", "n_layers", "pooling"},
     TransformerLM: {"vocab_size", "n_layers", "tie_output"},
 }
@@ -151,3 +151,106 @@ def test_every_forward_returns_one_output_type():
         assert isinstance(plain, Output) and plain.weights is None
         assert isinstance(weighted, Output) and weighted.weights
         torch.testing.assert_close(plain.logits, weighted.logits)
+
+
+# -- machine translation: incremental decoding, beam search, post-norm -------------------------
+DECODING_FLAGS = {
+    "softmax": {},
+    "coda": {"attention": build("coda")},
+    "dw_enc_aw_cr_seg_dec_mw": {"encoder_attention": build("window"),
+                                "cross_attention": build("window", segment_size=2),
+                                "decoder_attention": build("window", variant="mw"),
+                                "attention_layers": 1},
+    "relative_localness": {"decoder_attention": build("relative"),
+                           "cross_attention": build("localness")},
+    "density_aqt": {"attention": build("density", scheme="aqt")},
+}
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("flags", list(DECODING_FLAGS))
+def test_incremental_decoding_equals_the_full_forward(flags, norm):
+    """The decoder fed one target token at a time with its cache gives the logits of the
+    teacher-forced forward at every position (positions, caches of every layer)."""
+    m = small_model(norm=norm, **DECODING_FLAGS[flags])
+    src = torch.randint(4, 13, (2, 7))
+    src_mask = torch.ones_like(src, dtype=torch.bool)
+    src_mask[1, 5:] = False
+    tgt = torch.randint(4, 11, (2, 6))
+    with torch.no_grad():
+        full = m(src, src_mask, tgt).logits
+        memory, _ = m.encoder(src, src_mask)
+        cache, steps = {}, []
+        for t in range(tgt.shape[1]):
+            logits, _ = m.decoder(tgt[:, t:t + 1], None, memory, src_mask, cache=cache)
+            steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
+    assert cache["length"] == tgt.shape[1]
+
+
+@pytest.mark.parametrize("flags", ["softmax", "coda", "dw_enc_aw_cr_seg_dec_mw"])
+def test_cached_beam_search_equals_the_uncached_one(flags):
+    m = small_model(beam_size=3, alpha=0.6, max_len_a=1.0, max_decode_len=2,
+                    **DECODING_FLAGS[flags])
+    src = torch.randint(4, 13, (3, 5))
+    src_mask = torch.ones_like(src, dtype=torch.bool)
+    src_mask[2, 3:] = False
+    cached, uncached = m.generate(src, src_mask), m.generate(src, src_mask, cached=False)
+    assert torch.equal(cached.nbest, uncached.nbest)
+    torch.testing.assert_close(cached.nbest_scores, uncached.nbest_scores)
+    # the source-relative length rule: a * |source| + b tokens at most
+    assert (cached.nbest_lengths <= torch.tensor([7, 7, 5])[:, None]).all()
+    assert torch.equal(m.max_lengths(src_mask), torch.tensor([7, 7, 5]))
+
+
+def test_post_norm_layer_is_the_original_transformer_layer():
+    """norm='post': LayerNorm(x + sublayer(x)) per sub-layer (Vaswani et al.; fairseq's
+    WMT baseline), no final layer norm; norm='pre': x + sublayer(LayerNorm(x)), final norm."""
+    post, pre = small_model(norm="post"), small_model(norm="pre")
+    layer = post.encoder.layers[0]
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        a, _ = layer.self_attn(x, x, None)
+        h = layer.res_attn.norm(x + a)
+        expected = layer.res_ff.norm(h + layer.ff(h))
+        torch.testing.assert_close(layer(x, None)[0], expected)
+        layer = pre.encoder.layers[0]
+        n = layer.res_attn.norm(x)
+        h = x + layer.self_attn(n, n, None)[0]
+        torch.testing.assert_close(layer(x, None)[0], h + layer.ff(layer.res_ff.norm(h)))
+    assert isinstance(post.encoder.norm, torch.nn.Identity)
+    assert isinstance(pre.decoder.norm, torch.nn.LayerNorm)
+    with pytest.raises(ValueError, match="norm must be 'pre' or 'post'"):
+        small_model(norm="sandwich")
+
+
+def transformer_parameters(V: int, d: int, f: int, n_enc: int, n_dec: int, pre: bool) -> int:
+    """Vaswani et al.'s count with one embedding shared by source, target and output: per
+    attention 4 (d x d + d); per feed-forward d f + f + f d + d; a layer norm 2 d."""
+    attn, ff, norm = 4 * (d * d + d), 2 * d * f + f + d, 2 * d
+    return (V * d + n_enc * (attn + ff + 2 * norm) + n_dec * (2 * attn + ff + 3 * norm)
+            + (2 * norm if pre else 0))
+
+
+@pytest.mark.parametrize("preset", ["tiny", "base", "big"])
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_presets_have_the_published_sizes(preset, norm):
+    """experiments/configs/presets/*.yaml: t2t's / fairseq's sizes; with fairseq's shared
+    32,768 BPE vocabulary base has 60.9M parameters (DW Table 1 reports 63M for its
+    vocabulary) and big 209.9M (Vaswani et al. 213M with 37,000)."""
+    import yaml
+
+    from experiments.runner import PROJECT_ROOT
+
+    sizes = yaml.safe_load((PROJECT_ROOT / "experiments" / "configs" / "presets"
+                            / f"{preset}.yaml").read_text())["model"]
+    expected = {"tiny": (128, 4, 512, 2), "base": (512, 8, 2048, 6), "big": (1024, 16, 4096, 6)}
+    d, h, f, n = expected[preset]
+    assert (sizes["d_model"], sizes["n_heads"], sizes["d_ff"], sizes["n_encoder_layers"],
+            sizes["n_decoder_layers"]) == (d, h, f, n, n)
+    V = 32768
+    with torch.device("meta"):
+        m = TransformerSeq2Seq(V, V, share_embeddings=True, norm=norm, **sizes)
+    assert m.n_parameters() == transformer_parameters(V, d, f, n, n, norm == "pre")
+    if preset == "base" and norm == "post":
+        assert round(m.n_parameters() / 1e6, 1) == 60.9

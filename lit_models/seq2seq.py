@@ -1,0 +1,146 @@
+"""What every sequence-to-sequence LightningModule of the suite shares (TransformerSeq2Seq,
+RNNSeq2Seq): the training loss, decoding on validation and test through the one beam search,
+exact match per sequence, and BLEU with its signatures and the hypotheses of every example.
+
+A model mixes :class:`Seq2SeqTask` in before its LightningModule base and provides
+
+* ``forward(src, src_mask, tgt_in, tgt_mask)`` returning an object with ``logits``
+  (B, Lt, V) (teacher forcing);
+* ``generate(src, src_mask) -> Hypotheses``, usually through :meth:`Seq2SeqTask.search`;
+* the hyper-parameters ``pad_id``, ``bos_id``, ``eos_id``, ``label_smoothing``,
+  ``beam_size``, ``length_penalty``, ``alpha``, ``max_len_a`` and ``max_decode_len``.
+
+Batches: src (B,Ls), src_mask, tgt_in (B,Lt) starting with bos, tgt_out (B,Lt) ending with
+eos, tgt_mask; translation batches add ``index`` (B,), each example's position in its split.
+
+Decoding: beam search of width ``beam_size`` (1 = greedy) with the ``length_penalty``
+``gnmt`` (t2t's alpha; 0.6 in t2t's and the CoDA paper's setting) or ``fairseq`` (fairseq's
+``--lenpen``) with exponent ``alpha``, at most ``max_len_a * source length +
+max_decode_len`` tokens (t2t decodes up to source length + 50: a=1, b=50; fairseq a=0,
+b=200).  Logged on validation and test: ``loss`` and ``exact_match`` (per sequence); when the
+DataModule gives references (``references(stage)``, ``decode(ids)``, ``bleu``;
+datamodules/translation.py), also ``bleu`` as the paper reports it (the DataModule's
+``bleu``: tokenized, with compound splitting for WMT'14 En-De) and ``sacrebleu``,
+detokenized with sacreBLEU's 13a tokenizer (lit_models/bleu.py).  Both signatures go to the
+loggers' hyper-parameters (W&B config, the CSV logger's hparams.yaml) and, with the
+hypotheses of every test example, to the run directory (``hypotheses-test.jsonl``,
+``bleu-test.json``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lit_models.bleu import translation_bleu, write_translation_report
+from lit_models.decoding import Hypotheses, beam_search
+
+
+def check_decoding(beam_size: int, max_len_a: float, max_decode_len: int) -> None:
+    """The decoding settings' errors, raised by each model's constructor."""
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if max_len_a < 0 or max_decode_len < 0 or (max_len_a == 0 and max_decode_len == 0):
+        raise ValueError("the decoding length max_len_a * source length + max_decode_len "
+                         f"must be positive, got a={max_len_a}, b={max_decode_len}")
+
+
+def scores_bleu(datamodule) -> bool:
+    """Whether the DataModule gives what BLEU needs (datamodules/translation.py)."""
+    return getattr(datamodule, "bleu", None) is not None and hasattr(datamodule, "references")
+
+
+class Seq2SeqTask:
+    """Training, validation and test steps of a seq2seq model (module docstring)."""
+
+    def loss(self, logits: Tensor, batch, smoothing: float) -> Tensor:
+        return F.cross_entropy(logits.transpose(1, 2), batch["tgt_out"],
+                               ignore_index=self.hparams.pad_id, label_smoothing=smoothing)
+
+    def max_lengths(self, src_mask: Tensor) -> Tensor:
+        """(B,) the most tokens to generate per example (eos included)."""
+        a, b = self.hparams.max_len_a, self.hparams.max_decode_len
+        return (a * src_mask.sum(1)).long() + b
+
+    def search(self, step, state, src_mask: Tensor, beam_size: int | None = None,
+               max_len: int | Tensor | None = None) -> Hypotheses:
+        """:func:`lit_models.decoding.beam_search` with this model's width, length penalty
+        and maximum length unless given; ``state`` already repeated for the beams."""
+        hp = self.hparams
+        return beam_search(step, src_mask.shape[0], hp.bos_id, hp.eos_id,
+                           self.max_lengths(src_mask) if max_len is None else max_len,
+                           beam_size or hp.beam_size, state=state,
+                           length_penalty=hp.length_penalty, alpha=hp.alpha,
+                           device=src_mask.device)
+
+    def training_step(self, batch, batch_idx):
+        logits = self(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"]).logits
+        loss = self.loss(logits, batch, self.hparams.label_smoothing)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["src"].shape[0])
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        return loss
+
+    def _evaluate(self, batch, stage: str) -> None:
+        bsz = batch["src"].shape[0]
+        logits = self(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"]).logits
+        self.log(f"{stage}/loss", self.loss(logits, batch, 0.0), batch_size=bsz, sync_dist=True)
+        hypotheses = self.generate(batch["src"], batch["src_mask"])
+        metric = getattr(self, f"{stage}_exact")
+        metric.update(hypotheses.tokens, batch["tgt_out"], batch["tgt_mask"])
+        self.log(f"{stage}/exact_match", metric, batch_size=bsz, prog_bar=True)
+        if "index" in batch and scores_bleu(self._datamodule()):
+            lengths = hypotheses.nbest_lengths[:, 0].tolist()
+            self._decoded.setdefault(stage, []).extend(
+                (int(i), row[:n]) for i, row, n in zip(batch["index"].tolist(),
+                                                       hypotheses.tokens.tolist(), lengths))
+
+    def _datamodule(self):
+        return getattr(self._trainer, "datamodule", None) if self._trainer else None
+
+    def validation_step(self, batch, batch_idx):
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._evaluate(batch, "test")
+
+    def on_validation_epoch_start(self):
+        self._decoded = {"val": []}
+
+    def on_test_epoch_start(self):
+        self._decoded = {"test": []}
+
+    def on_validation_epoch_end(self):
+        if not self.trainer.sanity_checking:
+            self._log_bleu("val")
+
+    def on_test_epoch_end(self):
+        self._log_bleu("test")
+
+    def _log_bleu(self, stage: str) -> None:
+        """BLEU of this epoch's hypotheses (every process's, gathered) against the
+        DataModule's references of the same examples (module docstring)."""
+        datamodule = self._datamodule()
+        if not scores_bleu(datamodule):
+            return
+        decoded = getattr(self, "_decoded", {}).get(stage, [])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, decoded)
+            decoded = [item for part in gathered for item in part]
+        decoded = sorted(dict(decoded).items())  # one per example (a padded batch repeats)
+        if not decoded:
+            return
+        report = translation_bleu(datamodule, stage, [i for i, _ in decoded],
+                                  [ids for _, ids in decoded])
+        self.log(f"{stage}/bleu", report["bleu"]["score"], rank_zero_only=True)
+        self.log(f"{stage}/sacrebleu", report["sacrebleu"]["score"], rank_zero_only=True)
+        if self.trainer.is_global_zero:
+            for logger in self.loggers:
+                logger.log_hyperparams({f"{stage}/bleu_signature": report["bleu"]["signature"],
+                                        f"{stage}/sacrebleu_signature":
+                                            report["sacrebleu"]["signature"]})
+            if stage == "test" and self.trainer.log_dir:
+                write_translation_report(Path(self.trainer.log_dir), stage, report)
