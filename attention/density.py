@@ -23,6 +23,7 @@ holding at most ``max(block_elements, B * N * D)`` elements of tanh(L + s_i), re
 the backward pass.
 
 h and s must share the dimension D: the decoder projects s when the dimensions differ.
+``DensityDecoder.density_matrix`` returns Psi_i itself for one decoder step (heat maps).
 Multi-head attention (per head, keys as h, queries as s, scaled dot product as the diagonal):
 MQT only without causal masking, because with a causal mask the rows j averaged over depend
 on the query and the P_k shortcut no longer holds (:class:`UnsupportedContext`); AQT handles
@@ -245,6 +246,32 @@ class DensityDecoder(DecoderCore):
             off = aqt_offdiagonal(h, s, self.w_s, rows, block_elements=self.block_elements)
         omega = density_weights(diagonal, off, rows)  # (B,T,N)
         return omega @ h, omega
+
+    def density_matrix(self, s_t: Tensor, memory: dict) -> Tensor:
+        """Psi_i (B,N,N) of one decoder step s_t (B,Dq) over ``memory`` (``precompute``):
+        [Psi]_(k,k) = alpha_ik (Eq. 5), [Psi]_(j,k) = [M_i]_(j,k) for j != k (Eq. 9-11).
+
+        Rows and columns of padded positions are 0, so softmax_k(sum_j Psi[j,k] / n_real)
+        over the real k is the step's omega (Eq. 8).  For inspection (heat maps), not for
+        training: the pairs L_(j,k) are made in blocks of rows j, at most
+        ``max(block_elements, B * N * D)`` elements at a time, but Psi itself is B*N*N."""
+        h, mask = memory["h"], memory["mask"]
+        alpha = self.score(s_t.unsqueeze(1), memory["keys"]).squeeze(1)  # (B,N)
+        s = self.query_proj(s_t)  # (B,D)
+        b, n, d = h.shape
+        blocks = []
+        for js in row_blocks(n, rows_per_block(b * n * d, self.block_elements)):
+            pair = torch.tanh(h[:, js, None, :] + h[:, None, :, :])  # L_(j,k)  (B,c,N,D)
+            if self.scheme == "mqt":
+                m = self.w_s * (pair @ s[:, None, :, None]).squeeze(-1)  # w_s (L s_i)  (B,c,N)
+            else:
+                m = torch.tanh(pair + s[:, None, None, :]) @ self.w_s  # (B,c,N)
+            blocks.append(m)
+        eye = torch.eye(n, dtype=torch.bool, device=h.device)
+        psi = torch.where(eye, alpha[:, None, :], torch.cat(blocks, dim=1))  # (B,N,N)
+        if mask is not None:
+            psi = psi.masked_fill(~(mask[:, :, None] & mask[:, None, :]), 0.0)
+        return psi
 
 
 class DensityMultiHead(MultiHeadCore):

@@ -133,6 +133,7 @@ EXPERIMENT = Experiment(
                      "Steps/s": "train/steps_per_second", "BLEU": "test/bleu"},
             scale=1.0,
             scales={"Params (M)": 1e-6},
+            relative_to={"Steps/s": "transformer"},
             cells=[Cell(name, dataset_config("en_de") + args,
                         {"Params (M)": params, "Steps/s": speed, "BLEU": bleu})
                    for name, (args, params, speed, bleu) in TABLE4.items()],

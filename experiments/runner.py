@@ -82,6 +82,9 @@ class Grid:
     scale: float = 100.0  # logged fraction -> the paper's units (percent)
     #: per column label, a scale other than ``scale`` (e.g. {"Params (M)": 1e-6})
     scales: dict[str, float] = field(default_factory=dict)
+    #: per column label, a baseline cell: the report adds that column divided by the
+    #: baseline's, the paper's and ours (e.g. {"Steps/s": "transformer"}: DW's 0.87x)
+    relative_to: dict[str, str] = field(default_factory=dict)
     note: str = ""
     goal: str = "maximize"  # of the first metric, for the W&B sweep ("minimize": perplexity)
     #: the validation metric whose learning curve ``report --curve`` tabulates per step
@@ -519,7 +522,14 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
     header = ["cell"]
     for label in grid.metrics:
         header += [f"paper {label}", f"ours {label}"]
+        if label in grid.relative_to:
+            header += [f"paper {label} / {grid.relative_to[label]}",
+                       f"ours {label} / {grid.relative_to[label]}"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def ratio(value, base) -> str:
+        return "-" if value is None or not base else f"{value / base:.2f}x"
+
     for cell in grid.cells:
         row = [cell.name]
         for label in grid.metrics:
@@ -532,6 +542,12 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
                 m, s = mean_std(vals)  # sample std; one seed has no spread to show
                 spread = f" ± {s:.2f}" if len(vals) > 1 else ""
                 row.append(f"{m:.2f}{spread} (n={len(vals)})")
+            if label in grid.relative_to:
+                base = grid.cell(grid.relative_to[label])
+                base_vals = results[base.name][label]
+                row += [ratio(paper, base.paper.get(label)),
+                        ratio(mean_std(vals)[0] if vals else None,
+                              mean_std(base_vals)[0] if base_vals else None)]
         lines.append("| " + " | ".join(row) + " |")
     if grid.note:
         lines += ["", grid.note]

@@ -3,7 +3,8 @@
 :func:`attention_heatmaps` draws one sentence pair as the SNLI write-up's Figures 1-3: the
 log weights, then the weights in both directions (each premise word over the hypothesis,
 each hypothesis word over the premise).  Quasi-attention (CoDA's M, in [-1, 1]) has no log:
-its first panel shows M itself on a diverging scale.
+its first panel shows M itself on a diverging scale.  :func:`matrix_heatmap` draws any one
+matrix with word labels (an RNN decoder's weights, an attention density matrix).
 """
 
 from __future__ import annotations
@@ -46,6 +47,37 @@ def attention_heatmaps(premise: list[str], hypothesis: list[str], weights_a: tor
         fig.colorbar(image, ax=ax, shrink=0.8)
     if title:
         fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def matrix_heatmap(values: torch.Tensor, rows: list[str], columns: list[str],
+                   title: str = "", row_label: str = "", column_label: str = "") -> Figure:
+    """One (R, C) matrix as a heat map, rows top to bottom, with word labels: e.g. a
+    seq2seq model's attention weights (target words x source words) or an attention density
+    matrix (source x source).  Values with a negative entry get a diverging scale centred
+    on 0, non-negative ones a sequential scale from 0."""
+    r, c = len(rows), len(columns)
+    if tuple(values.shape) != (r, c):
+        raise ValueError(f"values must be ({r}, {c}) for {r} row and {c} column labels, got "
+                         f"{tuple(values.shape)}")
+    v = values.detach().double().cpu().numpy()
+    if (v < 0).any():
+        bound = max(float(np.abs(v).max()), 1e-12)
+        kw = dict(cmap="RdBu_r", vmin=-bound, vmax=bound)
+    else:
+        kw = _scale("viridis", v)
+    fig = Figure(figsize=(max(3.0, 0.35 * c + 2.0), max(2.5, 0.35 * r + 1.5)),
+                 layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    image = ax.imshow(v, aspect="auto", **kw)
+    ax.set_xticks(range(c), columns, rotation=90, fontsize=7)
+    ax.set_yticks(range(r), rows, fontsize=7)
+    ax.set_xlabel(column_label, fontsize=8)
+    ax.set_ylabel(row_label, fontsize=8)
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    if title:
+        ax.set_title(title, fontsize=9)
     return fig
 
 

@@ -88,3 +88,22 @@ def test_coda_text2code_smoke_grid_and_report(env, tmp_path):
     values = last_values(tmp_path / "runs" / "coda_text2code" / "table7-smoke"
                          / "coda-seed0" / "metrics.csv")
     assert "test/exact_match" in values and "test/bleu" not in values  # no BLEU for code
+
+
+def test_qadm_mt_table1_smoke_cells_both_datasets(env, tmp_path):
+    """The attention density matrix's Table 1 with the LSTM translator: MQT on the real
+    shared IWSLT'15 files (En->Vi), AQT on the synthetic WMT'16 fixture (Ro->En), beam 3;
+    the report puts the paper's dev/test numbers beside ours."""
+    shared_path("iwslt15_en_vi/train.first1000.en")
+    out = run(SCRIPTS / "qadm_mt.py", ["grid", "table1", "--smoke", "--cells", "en_vi-mqt",
+                                       "ro_en-aqt"], env, timeout=600)
+    assert "2 runs" in out and "FAILED" not in out
+    root = tmp_path / "runs" / "qadm_mt" / "table1-smoke"
+    for cell in ("en_vi-mqt", "ro_en-aqt"):
+        values = last_values(root / f"{cell}-seed0" / "metrics.csv")
+        assert {"val/bleu", "test/bleu", "test/sacrebleu"} <= set(values), cell
+        assert (root / f"{cell}-seed0" / "hypotheses-test.jsonl").stat().st_size > 0
+    config = yaml.safe_load((root / "en_vi-mqt-seed0" / "config.yaml").read_text())
+    assert config["model"]["attention"]["init_args"]["scheme"] == "mqt"
+    report = run(SCRIPTS / "qadm_mt.py", ["report", "table1", "--smoke"], env)
+    assert "| en_vi-mqt | 23.41 |" in report and "| ro_en-additive | 17.15 | not run |" in report
