@@ -10,7 +10,8 @@ mechanism, context, B, H, L, d (and T), baseline, fwd_bwd_ms, fwd_ms, peak_mb, a
 ratio_time_vs_softmax, ratio_mem_vs_softmax, ratio_alloc_vs_softmax (the ratios are against
 ``baseline``) and others_cpu; a case that failed has ``error`` instead of the numbers.
 
-Cases (no padding, default options of each mechanism, float32):
+Cases (no padding, default options of each mechanism and the VARIANTS beside them, e.g.
+``density:scheme=aqt`` in the decoder contexts; float32):
 
 - ``multihead``: the per-head core (context 1) on q, k, v (B, H, L, d), self-attention,
   B=8, H=8, d=64, L in --lengths (128, 256, 512, 1024); baseline softmax (SDPA).
@@ -65,6 +66,19 @@ from pathlib import Path
 import torch
 
 CONTEXT_ORDER = ("multihead", "alignment", "decoder", "decoder_step")
+#: option variants measured beside a mechanism's defaults, per context: the density matrix's
+#: AQT scheme beside MQT in the RNN decoder (AQT has no once-per-source shortcut)
+VARIANTS = {"decoder": {"density": ["density:scheme=aqt"]},
+            "decoder_step": {"density": ["density:scheme=aqt"]}}
+
+
+def mechanism(spec: str):
+    """A mechanism from a benchmark name: ``name`` or ``name:option=value,...``."""
+    from attention import build
+
+    name, _, options = spec.partition(":")
+    pairs = (item.split("=", 1) for item in options.split(",") if item)
+    return build(name, **{key: value for key, value in pairs})
 FULL = dict(lengths=(128, 256, 512, 1024), multihead=dict(B=8, H=8, d=64),
             alignment=dict(B=32, H=1, L=50, d=200), decoder=dict(B=32, H=1, L=50, d=256, T=50))
 QUICK = dict(lengths=(8, 16), multihead=dict(B=2, H=2, d=8),
@@ -74,14 +88,13 @@ QUICK = dict(lengths=(8, 16), multihead=dict(B=2, H=2, d=8),
 # -- one case -------------------------------------------------------------------------------
 def _case_runner(case: dict) -> tuple[Callable[[], None], Callable[[], None], int]:
     """(forward + backward, forward under no_grad, number of steps the time is divided by)."""
-    from attention import REGISTRY
 
     gen = torch.Generator().manual_seed(0)
 
     def randn(*shape, grad=True):
         return torch.randn(*shape, generator=gen).requires_grad_(grad)
 
-    mech = REGISTRY[case["mechanism"]]()
+    mech = mechanism(case["mechanism"])
     b, h, length, d = case["B"], case["H"], case["L"], case["d"]
     context = case["context"]
     if context == "multihead":
@@ -230,8 +243,10 @@ def cases(mechanisms: list[str], lengths: tuple[int, ...], sizes: dict,
             return
         names = [baseline] + [m for m in mechanisms if m != baseline]
         ctx = "decoder" if context == "decoder_step" else context
+        variants = VARIANTS.get(context, {})
+        names = [v for name in names for v in [name, *variants.get(name, [])]]
         for name in names:
-            if REGISTRY[name]().supports(ctx):
+            if mechanism(name).supports(ctx):
                 yield {"mechanism": name, "context": context, "baseline": baseline, **size}
 
     for length in lengths:

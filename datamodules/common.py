@@ -68,6 +68,21 @@ def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                 raise DataFormatError(path, number, "UTF-8 text", repr(raw[:60])) from err
 
 
+def json_records(path: str | os.PathLike, what: str) -> Iterator[tuple[int, str, dict]]:
+    """(line number, line, object) of every non-blank line of a JSON Lines file; a line that
+    is not a JSON object is a DataFormatError naming file, line and ``what`` was expected."""
+    for number, line in read_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(path, number, what, f"invalid JSON ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise DataFormatError(path, number, what, line)
+        yield number, line, record
+
+
 def fetch(url: str, dest: str | os.PathLike, sha256: str | None = None,
           size: int | None = None, timeout: float = 30.0) -> Path:
     """Download ``url`` to ``dest`` unless it is already there (checked by size/sha256).

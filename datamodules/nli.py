@@ -56,6 +56,7 @@ from datamodules.common import (
     cache_dir,
     extract_archive,
     fetch,
+    json_records,
     pad,
     read_lines,
     require_file,
@@ -151,16 +152,10 @@ def _fields(tokenizer: Tokenizer) -> tuple[str, ...]:
 def _jsonl_rows(path: str | os.PathLike, fields: tuple[str, ...]) -> Iterator[Row]:
     """One JSON object per line; a field that is missing or not a string is an error."""
     what = "a JSON object with string fields " + ", ".join(fields)
-    for number, line in read_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataFormatError(path, number, what, f"invalid JSON ({err.msg})") from None
+    for number, _, record in json_records(path, what):
 
         def get(name: str, record=record, number=number) -> str:
-            value = record.get(name) if isinstance(record, dict) else None
+            value = record.get(name)
             if not isinstance(value, str):
                 raise DataFormatError(path, number, what, f"{name}={value!r}")
             return value

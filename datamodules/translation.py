@@ -33,7 +33,6 @@ naming the file, the line and what was expected.  Validation and test keep every
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import re
@@ -58,6 +57,7 @@ from datamodules.common import (
     Vocab,
     bucketed_loader,
     cache_dir,
+    json_records,
     pad,
     read_lines,
     require_file,
@@ -1121,16 +1121,7 @@ def read_algolisp(path: str | os.PathLike, brackets: str = "[]") -> list[AlgoLis
     skipped; anything else that is not such a record is a DataFormatError naming file and
     line."""
     examples = []
-    for number, line in read_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataFormatError(path, number, f"a JSON object (an AlgoLisp record): {err}",
-                                  line) from None
-        if not isinstance(record, dict):
-            raise DataFormatError(path, number, "a JSON object (an AlgoLisp record)", line)
+    for number, _, record in json_records(path, "a JSON object (an AlgoLisp record)"):
         text, tree = record.get("text"), record.get("short_tree")
         if not (isinstance(text, list) and text and all(isinstance(w, str) for w in text)):
             raise DataFormatError(path, number, '"text": a non-empty list of word strings',

@@ -93,7 +93,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from datamodules.common import DataFormatError, read_lines
+from datamodules.common import DataFormatError, json_records, read_lines
 from datamodules.text import split_tokens
 
 #: the frequency percentile groups of Table 4 ("across 1 - 30% frequency groups")
@@ -228,15 +228,9 @@ def read_jsonl(path: str | Path) -> tuple[list[str], list[str], list[int]]:
     lines are skipped."""
     path = _existing(path, "hypothesis file")
     records = []
-    for number, line in read_lines(path):
-        if not line.strip():
-            continue
-        expected = 'a JSON object with string fields "hypothesis" and "reference"'
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataFormatError(path, number, f"{expected} ({err})", line) from None
-        if not (isinstance(record, dict) and isinstance(record.get("hypothesis"), str)
+    expected = 'a JSON object with string fields "hypothesis" and "reference"'
+    for number, line, record in json_records(path, expected):
+        if not (isinstance(record.get("hypothesis"), str)
                 and isinstance(record.get("reference"), str)):
             raise DataFormatError(path, number, expected, line)
         records.append((record.get("id"), number, record["hypothesis"], record["reference"]))

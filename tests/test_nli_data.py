@@ -139,7 +139,7 @@ def write_jsonl(path, records):
     ({k: v for k, v in SNLI_RECORD.items() if k != "sentence2_binary_parse"},
      "sentence2_binary_parse=None"),
     ({**SNLI_RECORD, "gold_label": "contradicts"}, "'contradicts'"),
-    ('["not", "an", "object"]', "gold_label=None"),
+    ('["not", "an", "object"]', r"expected a JSON object.*got '\[\"not\""),
 ])
 def test_jsonl_errors_name_file_and_line(tmp_path, bad, message):
     path = write_jsonl(tmp_path / "bad.jsonl", [SNLI_RECORD, "", SNLI_RECORD, bad])
