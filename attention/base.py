@@ -21,6 +21,7 @@ exactly zero weight in every mechanism.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
 import torch
@@ -144,6 +145,25 @@ def query_projection(query_dim: int, memory_dim: int) -> nn.Module:
     return nn.Linear(query_dim, memory_dim, bias=False)
 
 
+def map_tensors(fn: Callable[[Tensor], Tensor], state):
+    """``fn`` applied to every tensor of a tensor, dict, list, tuple or named tuple (nested);
+    anything else is kept as it is."""
+    if torch.is_tensor(state):
+        return fn(state)
+    if isinstance(state, dict):
+        return {key: map_tensors(fn, value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        items = [map_tensors(fn, value) for value in state]
+        return type(state)(*items) if hasattr(state, "_fields") else type(state)(items)
+    return state
+
+
+def select_rows(state, index: Tensor):
+    """Row ``index[i]`` of every tensor (dim 0) becomes row i: how beam search reorders its
+    state (lit_models.decoding) and a DecoderCore its memory."""
+    return map_tensors(lambda t: t.index_select(0, index.to(t.device)), state)
+
+
 class DecoderCore(nn.Module):
     """Context 3: attention of decoder states over encoder memory (RNN seq2seq).
 
@@ -165,4 +185,4 @@ class DecoderCore(nn.Module):
 
     @staticmethod
     def reorder(memory: dict, index: Tensor) -> dict:
-        return {k: v.index_select(0, index) if torch.is_tensor(v) else v for k, v in memory.items()}
+        return select_rows(memory, index)

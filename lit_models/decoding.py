@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attention.base import map_tensors, select_rows
+
 LengthPenalty = Literal["gnmt", "fairseq"]
 StepFn = Callable[[Tensor, Any], tuple[Tensor, Any]]
 ReorderFn = Callable[[Any, Tensor], Any]
@@ -59,24 +61,6 @@ def lp(length, kind: LengthPenalty, alpha: float):
     if kind == "gnmt":
         return ((5 + length) / 6) ** alpha
     return length**alpha
-
-
-def map_tensors(fn: Callable[[Tensor], Tensor], state):
-    """``fn`` applied to every tensor of a tensor, dict, list, tuple or named tuple (nested);
-    anything else is kept as it is."""
-    if torch.is_tensor(state):
-        return fn(state)
-    if isinstance(state, dict):
-        return {key: map_tensors(fn, value) for key, value in state.items()}
-    if isinstance(state, (list, tuple)):
-        items = [map_tensors(fn, value) for value in state]
-        return type(state)(*items) if hasattr(state, "_fields") else type(state)(items)
-    return state
-
-
-def select_rows(state, index: Tensor):
-    """The default ``reorder``: row ``index[i]`` of every tensor becomes row i (dim 0)."""
-    return map_tensors(lambda t: t.index_select(0, index.to(t.device)), state)
 
 
 def repeat_beams(state, beam_size: int):
