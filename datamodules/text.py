@@ -122,6 +122,10 @@ class TextTokenizer(ABC):
     def token_to_id(self, token: str) -> int | None: ...
 
     @abstractmethod
+    def id_to_token(self, i: int) -> str | None:
+        """The token (a word, or a BPE piece) of id ``i``; None outside the vocabulary."""
+
+    @abstractmethod
     def encode_batch(self, sequences: Sequence[Sequence[str]]) -> list[list[int]]: ...
 
     @abstractmethod
@@ -169,6 +173,9 @@ class WordTokenizer(TextTokenizer):
     def token_to_id(self, token: str) -> int | None:
         return self.vocab.stoi.get(token)
 
+    def id_to_token(self, i: int) -> str | None:
+        return self.vocab.itos[i] if 0 <= i < len(self.vocab.itos) else None
+
     def encode_batch(self, sequences: Sequence[Sequence[str]]) -> list[list[int]]:
         return [self.vocab.encode(words) for words in sequences]
 
@@ -206,6 +213,9 @@ class BPETokenizer(TextTokenizer):
 
     def token_to_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
+
+    def id_to_token(self, i: int) -> str | None:
+        return self.tokenizer.id_to_token(i)
 
     def encode_batch(self, sequences: Sequence[Sequence[str]]) -> list[list[int]]:
         # merges never cross a word boundary, so each distinct word is segmented once and

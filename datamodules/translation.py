@@ -460,7 +460,7 @@ class TranslationDataModule(L.LightningDataModule):
             if i not in specials:
                 kept.append(i)
         if isinstance(tokenizer, WordTokenizer):
-            return " ".join(tokenizer.vocab.itos[i] for i in kept)
+            return " ".join(tokenizer.id_to_token(i) for i in kept)
         # BPE: the pieces glued, "</w>" marking word ends (an <unk> piece stays visible)
         return " ".join(split_tokens(tokenizer.tokenizer.decode(kept, skip_special_tokens=False)))
 

@@ -392,14 +392,10 @@ class RNNSeq2Seq(Seq2SeqTask, AttnReproModule):
                            f"{type(err).__name__}: {err}")
 
     def _words(self, side: str, ids: list[int]) -> list[str]:
-        """One label per id from the DataModule's ``src_tokenizer``/``tgt_tokenizer`` (a
-        word vocabulary's ``itos`` or a BPE tokenizer's ``id_to_token``), else the ids."""
+        """One label per id from the DataModule's ``src_tokenizer``/``tgt_tokenizer``
+        (datamodules.text.TextTokenizer.id_to_token: a word or a BPE piece), else the ids."""
         tokenizer = getattr(self._datamodule(), f"{side}_tokenizer", None)
-        itos = getattr(getattr(tokenizer, "vocab", None), "itos", None)
-        if itos is not None:
-            return [itos[i] if 0 <= i < len(itos) else str(i) for i in ids]
-        inner = getattr(tokenizer, "tokenizer", None)
-        if inner is not None and hasattr(inner, "id_to_token"):
-            return [inner.id_to_token(i) or str(i) for i in ids]
-        return [str(i) for i in ids]
+        if tokenizer is None:
+            return [str(i) for i in ids]
+        return [tokenizer.id_to_token(i) or str(i) for i in ids]
 

@@ -20,6 +20,8 @@ from torch.utils.data import DataLoader
 from attention import UnsupportedContext, build
 from attention.additive import AdditiveDecoder
 from attention.density import DensityDecoder
+from datamodules.common import Vocab
+from datamodules.text import WordTokenizer
 from lit_models.rnn_seq2seq import RNNOutput, RNNSeq2Seq
 from tests.conftest import supporting
 
@@ -340,9 +342,8 @@ class CopyData(L.LightningDataModule):
         for n in (3, 5, 4, 6, 2, 5, 3, 4):
             src = torch.randint(4, SRC_V, (n,), generator=g).tolist()
             self.pairs.append((src, [4 + s % (TGT_V - 4) for s in src]))
-        itos = ["<pad>", "<unk>", "<s>", "</s>"]
-        self.src_tokenizer = _Tokenizer(itos + [f"s{i}" for i in range(4, SRC_V)])
-        self.tgt_tokenizer = _Tokenizer(itos + [f"t{i}" for i in range(4, TGT_V)])
+        self.src_tokenizer = WordTokenizer(Vocab([f"s{i}" for i in range(4, SRC_V)]))
+        self.tgt_tokenizer = WordTokenizer(Vocab([f"t{i}" for i in range(4, TGT_V)]))
 
     def collate(self, indices):
         src = [torch.tensor(self.pairs[i][0]) for i in indices]
@@ -378,11 +379,6 @@ class CopyData(L.LightningDataModule):
 
     def detokenize(self, text):
         return text
-
-
-class _Tokenizer:
-    def __init__(self, itos):
-        self.vocab = type("Vocab", (), {"itos": itos})()
 
 
 def trainer(tmp_path, loggers, **kwargs):

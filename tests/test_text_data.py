@@ -317,6 +317,9 @@ def test_bpe_trained_cached_and_reloaded_gives_same_ids(tmp_path):
     assert again.encode_batch(probe) == first.encode_batch(probe)
     assert [first.token_to_id(t) for t in SPECIALS] == [0, 1, 2, 3]
     assert first.vocab_size == 80
+    assert [first.id_to_token(i) for i in range(4)] == list(SPECIALS)
+    assert all(first.token_to_id(first.id_to_token(i)) == i for i in range(80))
+    assert first.id_to_token(80) is None
     ids = first.encode(SENTENCES[2])
     assert len(ids) > len(SENTENCES[2]) and first.decode(ids) == SENTENCES[2]
     assert first.decode(first.encode(SENTENCES[6])) == SENTENCES[6]  # the word keeps its \xa0
@@ -333,6 +336,8 @@ def test_word_vocab_min_freq_max_size_cached():
     assert words.vocab.itos[:4] == list(SPECIALS)
     assert words.vocab.itos[4:] == ["film", "the", "a", "was", "good", "lovely", "and"]
     assert words.encode(["the", "zebra"]) == [words.token_to_id("the"), words.unk_id]
+    assert [words.id_to_token(i) for i in (4, 5)] == ["film", "the"]
+    assert words.id_to_token(-1) is None and words.id_to_token(words.vocab_size) is None
     assert build_tokenizer("word", SENTENCES, min_freq=2, name="t").from_cache
     capped = build_tokenizer("word", SENTENCES, max_size=3, name="t")
     assert capped.vocab_size == 4 + 3 and not capped.from_cache
