@@ -217,6 +217,18 @@ def pad(seqs: Sequence[Sequence[int]], pad_id: int, min_len: int = 1) -> tuple[T
     return ids, torch.arange(length)[None, :] < lengths[:, None]
 
 
+def seq2seq_batch(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
+                  pad_id: int, index: Tensor) -> dict[str, Tensor]:
+    """The batch every seq2seq model reads (lit_models.seq2seq) from source ids and target
+    ids framed as ``<s> ... </s>``: ``src``, ``src_mask``, ``tgt_in`` (= <s> ...),
+    ``tgt_out`` (= ... </s>), ``tgt_mask`` and ``index``, each example's position in its
+    split."""
+    src, src_mask = pad(sources, pad_id)
+    tgt, tgt_mask = pad(targets, pad_id)
+    return {"src": src, "src_mask": src_mask, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:],
+            "tgt_mask": tgt_mask[:, 1:], "index": index}
+
+
 class BucketBatchSampler(Sampler[list[int]]):
     """Batches of indices of similar length (less padding), in a shuffled order per epoch.
 

@@ -25,7 +25,16 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.common import BOS, EOS, PAD, UNK, DataFormatError, Vocab, bucketed_loader, pad
+from datamodules.common import (
+    BOS,
+    EOS,
+    PAD,
+    UNK,
+    DataFormatError,
+    Vocab,
+    bucketed_loader,
+    seq2seq_batch,
+)
 
 LOW, HIGH = -1000, 1000  # each variable in [LOW, HIGH)
 OPERATORS = "+-*"
@@ -183,10 +192,9 @@ class MLUDataModule(L.LightningDataModule):
             self.datasets[split] = MLUDataset(problems, self.vocab)
 
     def collate(self, dataset: MLUDataset, indices: list[int]) -> dict:
-        src, src_mask = pad([dataset.src[i] for i in indices], self.pad_id)
-        tgt, tgt_mask = pad([dataset.tgt[i] for i in indices], self.pad_id)
-        return {"src": src, "src_mask": src_mask, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:],
-                "tgt_mask": tgt_mask[:, 1:], "index": torch.tensor(indices)}
+        return seq2seq_batch([dataset.src[i] for i in indices],
+                             [dataset.tgt[i] for i in indices], self.pad_id,
+                             torch.tensor(indices))
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         ds = self.datasets[split]

@@ -58,9 +58,9 @@ from datamodules.common import (
     bucketed_loader,
     cache_dir,
     json_records,
-    pad,
     read_lines,
     require_file,
+    seq2seq_batch,
     settings_key,
     shared_data_dir,
 )
@@ -301,11 +301,10 @@ class ParallelDataset(PackedPairs):
 def collate_translation(dataset: ParallelDataset, indices: list[int], pad_id: int,
                         bos_id: int, eos_id: int) -> dict[str, Tensor]:
     """The batch of TransformerSeq2Seq (see the module docstring)."""
-    src, src_mask = pad([dataset.src(i) for i in indices], pad_id)
     bos, eos = torch.tensor([bos_id]), torch.tensor([eos_id])
-    tgt, tgt_mask = pad([torch.cat([bos, dataset.tgt(i).long(), eos]) for i in indices], pad_id)
-    return {"src": src, "src_mask": src_mask, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:],
-            "tgt_mask": tgt_mask[:, 1:], "index": dataset.index[indices]}
+    return seq2seq_batch([dataset.src(i) for i in indices],
+                         [torch.cat([bos, dataset.tgt(i).long(), eos]) for i in indices],
+                         pad_id, dataset.index[indices])
 
 
 # ---------------------------------------------------------------------------------------
