@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lit_models.bleu import translation_bleu, write_translation_report
-from lit_models.decoding import Hypotheses, beam_search
+from lit_models.decoding import Hypotheses, beam_search, select_rows
 
 
 def check_decoding(beam_size: int, max_len_a: float, max_decode_len: int) -> None:
@@ -66,13 +66,13 @@ class Seq2SeqTask:
         return (a * src_mask.sum(1)).long() + b
 
     def search(self, step, state, src_mask: Tensor, beam_size: int | None = None,
-               max_len: int | Tensor | None = None) -> Hypotheses:
+               max_len: int | Tensor | None = None, reorder=select_rows) -> Hypotheses:
         """:func:`lit_models.decoding.beam_search` with this model's width, length penalty
         and maximum length unless given; ``state`` already repeated for the beams."""
         hp = self.hparams
         return beam_search(step, src_mask.shape[0], hp.bos_id, hp.eos_id,
                            self.max_lengths(src_mask) if max_len is None else max_len,
-                           beam_size or hp.beam_size, state=state,
+                           beam_size or hp.beam_size, state=state, reorder=reorder,
                            length_penalty=hp.length_penalty, alpha=hp.alpha,
                            device=src_mask.device)
 

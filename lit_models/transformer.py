@@ -33,7 +33,7 @@ from attention.masking import masked_max, masked_mean
 from attention.softmax import softmax
 from lit_models.base import AttnReproModule
 from lit_models.blocks import Decoder, Encoder, TransformerConfig
-from lit_models.decoding import Hypotheses, LengthPenalty, repeat_beams
+from lit_models.decoding import Hypotheses, LengthPenalty, repeat_beams, select_rows
 from lit_models.metrics import Perplexity, SequenceExactMatch
 from lit_models.seq2seq import Seq2SeqTask, check_decoding
 
@@ -171,7 +171,15 @@ class TransformerSeq2Seq(Seq2SeqTask, Transformer):
             return (logits[:, -1].log_softmax(-1, dtype=torch.float32),
                     {"memory": None, "memory_mask": None, "cache": state["cache"]})
 
-        return self.search(step, state, src_mask, k, max_len)
+        def reorder(state, index):
+            """Only the self-attention caches follow the beams: the memory and its
+            cross-attention caches are the same in every row of an example's block, which
+            beam search never leaves (lit_models.decoding)."""
+            for layer in (state["cache"] or {}).get("layers", []):
+                layer["self"] = select_rows(layer["self"], index)
+            return state
+
+        return self.search(step, state, src_mask, k, max_len, reorder=reorder)
 
 
 class TransformerClassifier(Transformer):
