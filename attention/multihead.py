@@ -30,7 +30,7 @@ class MultiHeadAttention(nn.Module):
       reused after it.
 
     Every tensor in the cache has the batch first, so beam search reorders it with
-    ``index_select`` on dim 0 (lit_models.decoding.select_rows).
+    ``index_select`` on dim 0 (attention.base.select_rows).
     """
 
     def __init__(self, d_model: int, n_heads: int, mechanism: Mechanism | str = "softmax", *,

@@ -15,8 +15,8 @@ Incremental decoding: :meth:`Decoder.forward` with a ``cache`` dict runs only th
 positions and keeps, per layer, the projected keys and values of the earlier positions
 (self-attention) and of the memory (cross-attention) in that dict
 (:class:`attention.MultiHeadAttention`), as fairseq's ``incremental_state``; a step then
-costs O(t) instead of a full re-forward.  Beam search reorders it with
-:func:`lit_models.decoding.select_rows`.
+costs O(t) instead of a full re-forward.  Beam search reorders the self-attention caches
+(:func:`attention.base.select_rows`; ``TransformerSeq2Seq.generate``).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ Decoding goes through the one beam search (:meth:`Seq2SeqTask.search`): the memo
 precomputed once per source (``core.precompute``) and repeated for the beams; a step runs
 one LSTM step and one ``core.step`` (O(N)).  The beam state holds the LSTM's (h, c) batch
 first (N, layers, H) and the fed vector, so beam search's default reordering
-(:func:`lit_models.decoding.select_rows`) applies; the per-source memory is identical in an
+(:func:`attention.base.select_rows`) applies; the per-source memory is identical in an
 example's K rows and beam search keeps every row inside its example's block, so it is held
 by the step function and never reordered (lit_models/decoding.py).
 
