@@ -10,9 +10,10 @@ term and its gradient,
                                    dD/dk_j = sum_i w_ij sign(k_j - q_i),
 
 are two block kernels written as broadcast expressions and compiled by ``torch.compile``
-(inductor emits vectorised C++ loop nests reducing in registers, with no (.., Lq, Lk, d)
-buffer).  Without a working compiler (or with ``ATTNREPRO_COMPILE=0``) they fall back to
-``torch.cdist(p=1)`` and its backward kernel on the same blocks, also exact and bounded.
+through :mod:`attention._compiled` (inductor emits vectorised C++ loop nests reducing in
+registers, with no (.., Lq, Lk, d) buffer).  Without a working compiler (or with
+``ATTNREPRO_COMPILE=0``) they fall back to ``torch.cdist(p=1)`` and its backward kernel on
+the same blocks, also exact and bounded.
 Measured at B=8, H=8, L=512, d=64, float32, 2 threads (Xeon Sapphire Rapids, torch 2.13),
 forward + backward:
 
@@ -29,58 +30,17 @@ and lives in :mod:`attention.coda`; it reaches this module as a :class:`BlockOps
 
 from __future__ import annotations
 
-import os
-import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from attention._compiled import PaddedKernel
+
 #: bytes of one (rows, Lk) block of the flattened (N, Lq, Lk) quasi-attention matrix
 BLOCK_BYTES = 4 << 20
-#: compile the block kernels with torch.compile (``ATTNREPRO_COMPILE=0``: run them eagerly)
-COMPILE = os.environ.get("ATTNREPRO_COMPILE", "1") != "0"
-
-
-class Compiled:
-    """``fn`` compiled by ``torch.compile(dynamic=True)`` on first use.  If compiling fails
-    (no C++ compiler, an unsupported device) it warns once and runs ``fn`` eagerly."""
-
-    def __init__(self, fn: Callable[..., Tensor | tuple[Tensor, ...]]):
-        self.fn, self._compiled, self.failed = fn, None, False
-
-    def active(self) -> bool:
-        return COMPILE and not self.failed
-
-    def compiled(self, *args):
-        """``fn(*args)`` compiled, or None when compiling is off or has failed."""
-        if not self.active():
-            return None
-        try:
-            if self._compiled is None:
-                self._compiled = torch.compile(self.fn, dynamic=True)
-            return self._compiled(*args)
-        except Exception as err:
-            if not isinstance(err, _compile_errors()):
-                raise
-            warnings.warn(f"coda: torch.compile of {self.fn.__name__} failed, running it "
-                          f"eagerly (slower): {err!r}", stacklevel=3)
-            self.failed = True
-            return None
-
-    def __call__(self, *args):
-        out = self.compiled(*args)
-        return self.fn(*args) if out is None else out
-
-
-def _compile_errors() -> tuple[type[Exception], ...]:
-    import torch._dynamo.exc
-    import torch._inductor.exc
-
-    return (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError, OSError)
 
 
 # -- the L1 term: block kernels ----------------------------------------------------------------
@@ -105,41 +65,8 @@ def l1_grads_block(w: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
             torch.where(yj > xi, wij, torch.where(tie, 0, -wij)).sum(1))
 
 
-class L1Kernel(Compiled):
-    """A compiled L1 block kernel, which never materialises the (N, a, b, d) broadcast; None
-    when compiling is off or failed (the caller then uses ``torch.cdist``'s kernels).
-
-    ``dims`` names the dimensions of each argument and output ("nad,ndb->nab").  Every size
-    is padded to at least 2 with zeros (which add nothing to either kernel) and the results
-    cut back, so that one graph per dtype serves every shape: dynamo would otherwise
-    specialise and recompile for sizes 1 (a decoder step's single query) and could reach its
-    recompile limit, after which it would run the broadcast expression eagerly."""
-
-    def __init__(self, fn: Callable[..., Tensor | tuple[Tensor, ...]], dims: str):
-        super().__init__(fn)
-        inputs, outputs = dims.split("->")
-        self.inputs, self.outputs = inputs.split(","), outputs.split(",")
-
-    def __call__(self, *args: Tensor):
-        if not self.active():
-            return None
-        sizes = {c: t.shape[i] for t, spec in zip(args, self.inputs) for i, c in enumerate(spec)}
-        out = self.compiled(*(_pad_to_2(t, spec, sizes) for t, spec in zip(args, self.inputs)))
-        if out is None:
-            return None
-        cut = [o[tuple(slice(sizes[c]) for c in spec)]
-               for o, spec in zip(out if len(self.outputs) > 1 else (out,), self.outputs)]
-        return tuple(cut) if len(self.outputs) > 1 else cut[0]
-
-
-def _pad_to_2(t: Tensor, spec: str, sizes: dict[str, int]) -> Tensor:
-    t = t.detach().contiguous()
-    widths = [p for c in reversed(spec) for p in (0, max(0, 2 - sizes[c]))]
-    return F.pad(t, widths) if any(widths) else t
-
-
-l1 = L1Kernel(l1_block, "nad,ndb->nab")
-l1_grads = L1Kernel(l1_grads_block, "nab,nad,nbd->nad,nbd")
+l1 = PaddedKernel(l1_block, "nad,ndb->nab")
+l1_grads = PaddedKernel(l1_grads_block, "nab,nad,nbd->nad,nbd")
 
 
 class L1Pair:

@@ -43,8 +43,9 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from attention._coda_kernels import BlockOps, Centering, Compiled, QuasiAttention, Rows
+from attention._coda_kernels import BlockOps, Centering, QuasiAttention, Rows
 from attention._coda_kernels import l1_distance as l1_distance
+from attention._compiled import Compiled
 from attention.base import (
     Alignment,
     AlignmentCore,

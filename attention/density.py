@@ -16,11 +16,12 @@ So the logit of a real k is (alpha_ik + sum_{j real, j != k} M_i[j,k]) / n_real.
 Efficiency.  MQT: sum_{j != k} M_i[j,k] = w_s * s_i . P_k with
 P_k = sum_{j real, j != k} tanh(h_j + h_k) (:func:`pair_encoding_sum`), computed once per
 source in ``precompute``; a decoder step then costs O(N * D) like ordinary attention.  P is
-computed in blocks of k, so neither pass holds more than ``max(block_elements, B * N * D)``
-elements of the (B, N, N, D) tensor L.  AQT has no shortcut (O(T * N^2 * D) work);
-:func:`aqt_offdiagonal` loops over blocks of (decoder step, source row j) pairs, each
-holding at most ``max(block_elements, B * N * D)`` elements of tanh(L + s_i), recomputed in
-the backward pass.
+computed by a compiled kernel that stores nothing of size N^2 D, or (no compiler, or |h|
+beyond ``EXP_RANGE``) eagerly in blocks of k, so neither pass holds more than
+``max(block_elements, B * N * D)`` elements of the (B, N, N, D) tensor L.
+AQT has no shortcut (O(T * N^2 * D) work); :func:`aqt_offdiagonal` loops over blocks of
+(decoder step, source row j) pairs, each holding at most ``max(block_elements, B * N * D)``
+elements of tanh(L + s_i), recomputed in the backward pass.
 
 h and s must share the dimension D: the decoder projects s when the dimensions differ.
 ``DensityDecoder.density_matrix`` returns Psi_i itself for one decoder step (heat maps).
@@ -38,7 +39,9 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
+from attention._compiled import PaddedKernel
 from attention.additive import (
     BLOCK_ELEMENTS,
     AdditiveScore,
@@ -69,23 +72,99 @@ def _not_diagonal(rows: slice, like: Tensor) -> Tensor:
 
 
 # -- Eq. 9 summed over rows: the MQT shortcut -------------------------------------------------
-def _pair_block(h_k: Tensor, h: Tensor, row_weight: Tensor, rows: slice) -> Tensor:
-    pair = torch.tanh(h_k.unsqueeze(-2) + h.unsqueeze(-3))  # L_(j,k), k in block  (..., c, N, D)
-    weight = row_weight.unsqueeze(-2) * _not_diagonal(rows, h)  # (..., c, N)
-    return (weight.unsqueeze(-2) @ pair).squeeze(-2)  # sum over j  (..., c, D)
+# The compiled path uses tanh(a + b) = 1 - 2 / (1 + e^2a e^2b): with u = exp(2h) computed once,
+# each of the N^2 D pairs costs a multiply, an add and a division instead of a tanh (measured
+# ~60x faster than the eager blocked tanh at B=32, N=50, D=256, forward and backward), and
+# 1 - tanh^2 = 4 r (1 - r) with r = 1 / (1 + e^2a e^2b).  exp(2h) stays finite only for |h| up
+# to ``EXP_RANGE``; beyond it, and without a compiler, the eager blocked tanh path is taken.
+EXP_RANGE = {torch.float32: 40.0, torch.float64: 300.0}
+
+
+def _pair_sum_block(u_k: Tensor, u: Tensor, weight: Tensor) -> Tensor:
+    """sum_j weight[k, j] tanh(h_j + h_k) from u = exp(2h): u_k (B,c,D), u (B,N,D),
+    weight (B,c,N) -> (B,c,D).  Zero padding adds nothing (its weights are 0)."""
+    t = 1 - 2 / (1 + u_k.unsqueeze(2) * u.unsqueeze(1))  # L_(j,k)  (B,c,N,D)
+    return (weight.unsqueeze(-1) * t).sum(2)
+
+
+def _pair_sum_grad_block(u_m: Tensor, u: Tensor, w_mj: Tensor, w_jm: Tensor, g_m: Tensor,
+                         g: Tensor) -> Tensor:
+    """The gradient of sum_k g_k . P_k with respect to h_m (B,c,D):
+    sum_j (1 - tanh^2(h_m + h_j)) (weight[m, j] g_m + weight[j, m] g_j); w_mj and w_jm (B,c,N)."""
+    r = 1 / (1 + u_m.unsqueeze(2) * u.unsqueeze(1))  # (B,c,N,D)
+    both = w_mj.unsqueeze(-1) * g_m.unsqueeze(2) + w_jm.unsqueeze(-1) * g.unsqueeze(1)
+    return (4 * r * (1 - r) * both).sum(2)
+
+
+_pair_sum = PaddedKernel(_pair_sum_block, "bkd,bnd,bkn->bkd")
+_pair_sum_grad = PaddedKernel(_pair_sum_grad_block, "bkd,bnd,bkn,bkn,bkd,bnd->bkd")
+
+
+class _CompiledPairSum(torch.autograd.Function):
+    """P = pair sums of h (B,N,D) with weight (B,N,N) [k, j], by the compiled kernels; nothing
+    of size B N^2 D is stored.  If compiling fails in this very call (it warned), the eager
+    blocked path computes the same thing."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor) -> Tensor:
+        u = torch.exp(2 * h)
+        ctx.save_for_backward(h, u, weight)
+        out = _pair_sum(u, u, weight)
+        return _pair_tanh_sum(h, weight, BLOCK_ELEMENTS) if out is None else out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        h, u, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        out = _pair_sum_grad(u, u, weight, weight.transpose(1, 2), grad, grad)
+        if out is None:
+            with torch.enable_grad():
+                x = h.detach().requires_grad_()
+                (out,) = torch.autograd.grad(_pair_tanh_sum(x, weight, BLOCK_ELEMENTS), x, grad)
+        return out, None
+
+
+def _pair_tanh_block(h_k: Tensor, h: Tensor, weight: Tensor) -> Tensor:
+    pair = torch.tanh(h_k.unsqueeze(-2) + h.unsqueeze(-3))  # L_(j,k), k in block  (B,c,N,D)
+    return (weight.unsqueeze(-2) @ pair).squeeze(-2)  # sum over j  (B,c,D)
+
+
+def _pair_tanh_sum(h: Tensor, weight: Tensor, block_elements: int) -> Tensor:
+    """The eager path: tanh itself, in blocks of k rows recomputed in the backward pass, so
+    neither pass holds more than ``max(block_elements, B * N * D)`` elements of L."""
+    b, n, d = h.shape
+    size = rows_per_block(b * n * d, block_elements)
+    return torch.cat([checkpointed(_pair_tanh_block, h[:, ks], h, weight[:, ks])
+                      for ks in row_blocks(n, size)], dim=1)
+
+
+def _compiled_pairs_apply(h: Tensor) -> bool:
+    bound = EXP_RANGE.get(h.dtype)
+    return (_pair_sum.active() and bound is not None and h.numel() > 0
+            and bool(h.detach().abs().max() <= bound))
 
 
 def pair_encoding_sum(h: Tensor, mask: Tensor | None = None, *,
                       block_elements: int = BLOCK_ELEMENTS) -> Tensor:
     """P_k = sum_{j != k, mask_j} tanh(h_j + h_k) for h (..., N, D), mask (..., N) -> (..., N, D).
 
-    Computed in blocks of k: at most ``max(block_elements, batch * N * D)`` elements of L at
-    once, in the forward and the backward pass."""
+    Compiled (see above; nothing of size N^2 D is stored), or eagerly in blocks of k holding
+    at most ``max(block_elements, batch * N * D)`` elements of L at once, in the forward and
+    the backward pass."""
     n, d = h.shape[-2:]
-    row_weight = h.new_ones(n) if mask is None else check_mask(mask).to(h.dtype)  # (..., N)
-    size = rows_per_block(math.prod(h.shape[:-2]) * n * d, block_elements)
-    return torch.cat([checkpointed(_pair_block, h[..., ks, :], h, row_weight, ks)
-                      for ks in row_blocks(n, size)], dim=-2)
+    lead = h.shape[:-2]
+    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=h.device)
+    weight = off_diagonal.to(h.dtype)  # [k, j]
+    if mask is not None:
+        weight = weight * check_mask(mask).to(h.dtype).unsqueeze(-2)  # (..., N, N)
+    flat = h.reshape(-1, n, d)
+    weight = weight.expand(*lead, n, n).reshape(-1, n, n)
+    if _compiled_pairs_apply(flat):
+        out = _CompiledPairSum.apply(flat, weight)
+    else:
+        out = _pair_tanh_sum(flat, weight, block_elements)
+    return out.reshape(*lead, n, d)
 
 
 def mqt_offdiagonal(s: Tensor, pairs: Tensor, w_s: Tensor) -> Tensor:

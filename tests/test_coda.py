@@ -19,6 +19,7 @@ from tests.conftest import heads
 
 impl = importlib.import_module("attention.coda")
 kernels = importlib.import_module("attention._coda_kernels")
+compiled = importlib.import_module("attention._compiled")
 DT = torch.float64
 E_FN = {"tanh": torch.tanh, "sigmoid": torch.sigmoid}
 N_FN = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "arctan": torch.atan,
@@ -58,7 +59,7 @@ def randn(*shape, generator, dtype=DT):
 @pytest.fixture
 def eager(monkeypatch):
     """Run the block kernels eagerly: the same expressions, no compile time per option."""
-    monkeypatch.setattr(kernels, "COMPILE", False)
+    monkeypatch.setattr(compiled, "COMPILE", False)
 
 
 def compare(q, k, v, mask=None, atol=1e-10, rtol=1e-7, **options):
@@ -274,14 +275,14 @@ def test_a_failing_compiler_falls_back_with_a_warning(monkeypatch):
     def no_compiler(*args, **kwargs):
         raise OSError("no C++ compiler")
 
-    monkeypatch.setattr(kernels, "COMPILE", True)
+    monkeypatch.setattr(compiled, "COMPILE", True)
     monkeypatch.setattr(torch, "compile", no_compiler)
-    for name, fresh in [("l1", kernels.L1Kernel(kernels.l1_block, "nad,ndb->nab")),
-                        ("l1_grads", kernels.L1Kernel(kernels.l1_grads_block,
+    for name, fresh in [("l1", compiled.PaddedKernel(kernels.l1_block, "nad,ndb->nab")),
+                        ("l1_grads", compiled.PaddedKernel(kernels.l1_grads_block,
                                                       "nab,nad,nbd->nad,nbd"))]:
         monkeypatch.setattr(kernels, name, fresh)
-    ops = impl.BlockOps(impl._factors, kernels.Compiled(impl._forward_block),
-                        kernels.Compiled(impl._backward_block))
+    ops = impl.BlockOps(impl._factors, compiled.Compiled(impl._forward_block),
+                        compiled.Compiled(impl._backward_block))
     monkeypatch.setattr(impl, "_OPS", ops)
     g = torch.Generator().manual_seed(17)
     q, k, v = (randn(2, 5, 4, generator=g) for _ in range(3))
@@ -294,7 +295,7 @@ def test_a_failing_compiler_falls_back_with_a_warning(monkeypatch):
 def test_compiled_kernels_match_the_paper():
     """The torch.compile'd path (the one training uses): values and gradients in float32,
     with and without ties, and without any allocation the size of the broadcast."""
-    if not kernels.COMPILE:
+    if not compiled.COMPILE:
         pytest.skip("ATTNREPRO_COMPILE=0")
     g = torch.Generator().manual_seed(12)
     q, k, v = (randn(2, 3, 9, 8, generator=g, dtype=torch.float32) for _ in range(3))
@@ -316,7 +317,7 @@ def test_compiled_kernels_match_the_paper():
 
 def test_compiled_kernels_serve_every_shape_without_recompiling():
     """Sizes of 1 (a decoder step, one head) are padded: no graph per shape."""
-    if not kernels.COMPILE:
+    if not compiled.COMPILE:
         pytest.skip("ATTNREPRO_COMPILE=0")
     g = torch.Generator().manual_seed(13)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]

@@ -67,7 +67,7 @@ STEPS, QUERY_DIM, MEMORY_DIM, MEMORY_LENGTHS = 4, 5, 6, (7, 4, 6)  # decoder
 def eager(monkeypatch):
     """CoDA's block kernels eagerly: the same expressions (test_coda.py tests the compiled
     ones), without compile time for float64."""
-    monkeypatch.setattr(importlib.import_module("attention._coda_kernels"), "COMPILE", False)
+    monkeypatch.setattr(importlib.import_module("attention._compiled"), "COMPILE", False)
 
 
 # -- cases -----------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ test_contracts.py)."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -14,6 +16,7 @@ from attention.density import aqt_offdiagonal, density, pair_encoding_sum
 from attention.functional import density_context
 
 DT = torch.float64
+compiled = importlib.import_module("attention._compiled")
 
 
 def naive_omega(scores, h, s, w, scheme, real):
@@ -63,20 +66,93 @@ def test_functional_equals_naive_density_matrix(data, scheme, block_elements):
     assert torch.equal(omega[1, :, [1, 4]], torch.zeros(3, 2))  # padded keys: exactly 0
 
 
-def test_pair_encoding_sum_loops(data):
-    h, mask = data["h"], data["mask"]
-    pairs = pair_encoding_sum(h, mask, block_elements=9)
-    for b in range(2):
-        for k in range(5):
-            expected = sum(torch.tanh(h[b, j] + h[b, k]) for j in range(5)
-                           if j != k and mask[b, j])
-            torch.testing.assert_close(pairs[b, k], expected)
+@pytest.fixture(params=["compiled", "eager"])
+def pair_path(request, monkeypatch):
+    """The compiled exp-identity kernels of the MQT pair sums, or the eager blocked tanh."""
+    if request.param == "eager":
+        monkeypatch.setattr(compiled, "COMPILE", False)
+    elif not compiled.COMPILE:
+        pytest.skip("ATTNREPRO_COMPILE=0")
+    return request.param
+
+
+def naive_pairs(h, mask):
+    """P_k = sum_{j != k, mask_j} tanh(h_j + h_k), one (k, j) at a time."""
+    out = torch.zeros_like(h)
+    for b in range(h.shape[0]):
+        for k in range(h.shape[1]):
+            for j in range(h.shape[1]):
+                if j != k and (mask is None or mask[b, j]):
+                    out[b, k] = out[b, k] + torch.tanh(h[b, j] + h[b, k])
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_pair_encoding_sum_loops(data, pair_path, dtype):
+    """Values and gradients against the loops, with and without padding; float32 as trained."""
+    h = (3 * data["h"]).to(dtype).requires_grad_()
+    tol = {} if dtype == torch.float64 else dict(atol=1e-5, rtol=1e-5)
+    for mask in (data["mask"], None):
+        cotangent = torch.randn(h.shape, generator=data["g"], dtype=DT).to(dtype)
+        pairs = pair_encoding_sum(h, mask, block_elements=9)
+        expected = naive_pairs(h, mask)
+        torch.testing.assert_close(pairs, expected, **tol)
+        got, want = (torch.autograd.grad(p, h, cotangent)[0] for p in (pairs, expected))
+        torch.testing.assert_close(got, want, **tol)
+
+
+def test_pair_encoding_sum_heads_and_tiny_sizes(pair_path):
+    """Leading dims (B, H) as multi-head attention passes them, a (B,1,N) mask, N = 1 and 2;
+    the compiled kernels serve every size without a graph per shape."""
+    g = torch.Generator().manual_seed(5)
+    pair_encoding_sum(torch.randn(1, 3, 2, dtype=DT))  # the float64 graphs exist
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for n in (1, 2, 6, 9, 3):
+        h = torch.randn(2, 3, n, 4, generator=g, dtype=DT, requires_grad=True)
+        mask = torch.rand(2, 1, n, generator=g) > 0.3
+        pairs = pair_encoding_sum(h, mask)
+        flat = naive_pairs(h.reshape(6, n, 4), mask.expand(2, 3, n).reshape(6, n))
+        torch.testing.assert_close(pairs, flat.reshape(2, 3, n, 4))
+        torch.autograd.grad(pairs.sum(), h)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs <= 2
+    assert torch.autograd.gradcheck(lambda x: pair_encoding_sum(x, mask), (h,))
+
+
+def test_pair_encoding_sum_beyond_the_exp_range_takes_the_tanh_path(data):
+    """|h| beyond EXP_RANGE would overflow exp(2h): the eager path answers, still exact."""
+    h = data["h"].float().clone()
+    h[0, 0, 0], h[0, 1, 0] = 60.0, -57.0  # tanh(3) for this pair, inf * 0 in exp form
+    pairs = pair_encoding_sum(h, data["mask"])
+    torch.testing.assert_close(pairs, naive_pairs(h, data["mask"]), atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(pairs).all()
+
+
+def test_a_failing_compiler_falls_back_to_the_tanh_path(data, monkeypatch):
+    def no_compiler(*args, **kwargs):
+        raise OSError("no C++ compiler")
+
+    monkeypatch.setattr(compiled, "COMPILE", True)
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    for name, kernel in [("_pair_sum", density_module._pair_sum),
+                         ("_pair_sum_grad", density_module._pair_sum_grad)]:
+        dims = ",".join(kernel.inputs) + "->" + ",".join(kernel.outputs)
+        monkeypatch.setattr(density_module, name, compiled.PaddedKernel(kernel.fn, dims))
+    h = data["h"].clone().requires_grad_()
+    with pytest.warns(UserWarning, match="torch.compile of _pair_sum_block failed"):
+        pairs = pair_encoding_sum(h, data["mask"])  # compiling fails inside the first call
+    torch.testing.assert_close(pairs, naive_pairs(h, data["mask"]))
+    (grad,) = torch.autograd.grad(pairs.sum(), h)
+    (want,) = torch.autograd.grad(naive_pairs(h, data["mask"]).sum(), h)
+    torch.testing.assert_close(grad, want)
+    assert density_module._pair_sum.failed
 
 
 def test_blocks_stay_within_budget(data, monkeypatch):
+    """The eager paths (the MQT pair sums without a compiler; AQT always) hold one block."""
+    monkeypatch.setattr(compiled, "COMPILE", False)
     h, s, mask, w = data["h"], data["s"], data["mask"], data["w"]["aqt"]
     pair_rows, aqt_blocks = [], []
-    pair_block, aqt_block = density_module._pair_block, density_module._aqt_block
+    pair_block, aqt_block = density_module._pair_tanh_block, density_module._aqt_block
 
     def record_pair(h_k, *args):
         pair_rows.append(h_k.shape[-2])
@@ -86,7 +162,7 @@ def test_blocks_stay_within_budget(data, monkeypatch):
         aqt_blocks.append((s_t.shape[-2], h_j.shape[-2]))
         return aqt_block(h_j, h_, s_t, *args)
 
-    monkeypatch.setattr(density_module, "_pair_block", record_pair)
+    monkeypatch.setattr(density_module, "_pair_tanh_block", record_pair)
     monkeypatch.setattr(density_module, "_aqt_block", record_aqt)
     row = 2 * 5 * 4  # B * N * D: one (k) row of L, one (step, j) pair of tanh(L + s)
     pair_encoding_sum(h, mask, block_elements=2 * row)

@@ -34,7 +34,7 @@ TIGHT = dict(rtol=1e-9, atol=1e-11)
 @pytest.fixture(autouse=True)
 def eager(monkeypatch):
     """CoDA's block kernels eagerly (as test_contracts.py): no compile time for float64."""
-    monkeypatch.setattr(importlib.import_module("attention._coda_kernels"), "COMPILE", False)
+    monkeypatch.setattr(importlib.import_module("attention._compiled"), "COMPILE", False)
 
 
 def model(attention="additive", input_feeding=False, dtype=torch.float64, randomise=True,

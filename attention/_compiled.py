@@ -1,0 +1,91 @@
+"""torch.compile'd block kernels shared by the mechanisms (CoDA's L1 term, the density
+matrix's pair sums): a broadcast expression over a few dimensions that inductor turns into
+one vectorised C++ loop nest reducing in registers, never storing the broadcast.
+
+``ATTNREPRO_COMPILE=0`` turns compiling off; without a working compiler a kernel warns once
+and its caller takes its eager path.  Both paths are tested against each other.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+#: compile the block kernels with torch.compile (``ATTNREPRO_COMPILE=0``: run them eagerly)
+COMPILE = os.environ.get("ATTNREPRO_COMPILE", "1") != "0"
+
+
+class Compiled:
+    """``fn`` compiled by ``torch.compile(dynamic=True)`` on first use.  If compiling fails
+    (no C++ compiler, an unsupported device) it warns once and runs ``fn`` eagerly."""
+
+    def __init__(self, fn: Callable[..., Tensor | tuple[Tensor, ...]]):
+        self.fn, self._compiled, self.failed = fn, None, False
+
+    def active(self) -> bool:
+        return COMPILE and not self.failed
+
+    def compiled(self, *args):
+        """``fn(*args)`` compiled, or None when compiling is off or has failed."""
+        if not self.active():
+            return None
+        try:
+            if self._compiled is None:
+                self._compiled = torch.compile(self.fn, dynamic=True)
+            return self._compiled(*args)
+        except Exception as err:
+            if not isinstance(err, _compile_errors()):
+                raise
+            warnings.warn(f"attnrepro: torch.compile of {self.fn.__name__} failed, running it "
+                          f"eagerly (slower): {err!r}", stacklevel=3)
+            self.failed = True
+            return None
+
+    def __call__(self, *args):
+        out = self.compiled(*args)
+        return self.fn(*args) if out is None else out
+
+
+def _compile_errors() -> tuple[type[Exception], ...]:
+    import torch._dynamo.exc
+    import torch._inductor.exc
+
+    return (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError, OSError)
+
+
+class PaddedKernel(Compiled):
+    """A compiled broadcast-and-reduce kernel (inductor never materialises the broadcast);
+    None when compiling is off or failed (the caller then takes its own eager path).
+
+    ``dims`` names the dimensions of each argument and output (e.g. "nad,ndb->nab").  Every
+    size is padded to at least 2 with zeros (each kernel is written so that zeros add nothing)
+    and the results cut back, so that one graph per dtype serves every shape: dynamo would otherwise
+    specialise and recompile for sizes 1 (a decoder step's single query) and could reach its
+    recompile limit, after which it would run the broadcast expression eagerly."""
+
+    def __init__(self, fn: Callable[..., Tensor | tuple[Tensor, ...]], dims: str):
+        super().__init__(fn)
+        inputs, outputs = dims.split("->")
+        self.inputs, self.outputs = inputs.split(","), outputs.split(",")
+
+    def __call__(self, *args: Tensor):
+        if not self.active():
+            return None
+        sizes = {c: t.shape[i] for t, spec in zip(args, self.inputs) for i, c in enumerate(spec)}
+        out = self.compiled(*(_pad_to_2(t, spec, sizes) for t, spec in zip(args, self.inputs)))
+        if out is None:
+            return None
+        cut = [o[tuple(slice(sizes[c]) for c in spec)]
+               for o, spec in zip(out if len(self.outputs) > 1 else (out,), self.outputs)]
+        return tuple(cut) if len(self.outputs) > 1 else cut[0]
+
+
+def _pad_to_2(t: Tensor, spec: str, sizes: dict[str, int]) -> Tensor:
+    t = t.detach().contiguous()
+    widths = [p for c in reversed(spec) for p in (0, max(0, 2 - sizes[c]))]
+    return F.pad(t, widths) if any(widths) else t
