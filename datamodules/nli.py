@@ -86,6 +86,7 @@ class NLIExample(NamedTuple):
     hypothesis: list[str]
     label: int
     line: int  # 1-based line of the record in its file
+    group: int = -1  # ranking data: the pair's question / context (-1: none, as in NLI)
 
 
 @dataclass
@@ -315,14 +316,20 @@ def read_dialogue_nli(path: str | os.PathLike, lowercase: bool = False,
 class PairDataset(PackedPairs):
     """The encoded pairs of one split: premise i and hypothesis i are sequences 2i and 2i+1
     of one :class:`~datamodules.text.PackedSequences` (flat int32 ids, so the full SNLI and
-    MultiNLI training sets stay small in memory), with their labels and source lines."""
+    MultiNLI training sets stay small in memory), with their labels and source lines, and
+    for ranking data (datamodules/ranking.py) the group (question / context) of each pair:
+    ``groups`` (N,) long, or None when the pairs have no groups (NLI)."""
 
-    def __init__(self, sequences: PackedSequences, labels: Tensor, lines: Tensor, path: str):
+    def __init__(self, sequences: PackedSequences, labels: Tensor, lines: Tensor, path: str,
+                 groups: Tensor | None = None):
         if len(sequences) != 2 * len(labels):
             raise ValueError(f"{len(sequences)} sequences for {len(labels)} labelled pairs")
+        if groups is not None and len(groups) != len(labels):
+            raise ValueError(f"{len(groups)} groups for {len(labels)} labelled pairs")
         super().__init__(sequences)
         self.labels = labels
         self.lines, self.path = lines, path  # source line of each pair, for messages and plots
+        self.groups = groups
 
     premise_ids = PackedPairs.first
     hypothesis_ids = PackedPairs.second
@@ -334,29 +341,37 @@ class PairDataset(PackedPairs):
 
 
 def collate_pairs(dataset: PairDataset, indices: list[int], pad_id: int) -> dict[str, Tensor]:
+    """The batch of pairs ``indices``; ranking data adds ``group`` (B,) long."""
     premise, premise_mask = pad([dataset.premise_ids(i) for i in indices], pad_id)
     hypothesis, hypothesis_mask = pad([dataset.hypothesis_ids(i) for i in indices], pad_id)
-    return {"premise": premise, "premise_mask": premise_mask,  # (B,La) (B,La)
-            "hypothesis": hypothesis, "hypothesis_mask": hypothesis_mask,  # (B,Lb) (B,Lb)
-            "label": dataset.labels[indices], "index": torch.tensor(indices)}  # (B,) (B,)
+    batch = {"premise": premise, "premise_mask": premise_mask,  # (B,La) (B,La)
+             "hypothesis": hypothesis, "hypothesis_mask": hypothesis_mask,  # (B,Lb) (B,Lb)
+             "label": dataset.labels[indices], "index": torch.tensor(indices)}  # (B,) (B,)
+    if dataset.groups is not None:
+        batch["group"] = dataset.groups[indices]  # (B,)
+    return batch
 
 
 def _interned_pairs(examples: Iterable[NLIExample], table: dict[str, int],
                     path: str) -> PairDataset:
     """A split read in one pass, before the vocabulary exists: tokens become ids into
-    ``table`` (shared by the splits), remapped to vocabulary ids later (:func:`_remap`)."""
-    labels, lines = [], []
+    ``table`` (shared by the splits), remapped to vocabulary ids later (:func:`_remap`).
+    The pairs' groups are kept unless every one is -1 (no groups: NLI)."""
+    labels, lines, groups = [], [], []
 
     def sequences():
         for ex in examples:
             labels.append(ex.label)
             lines.append(ex.line)
+            groups.append(ex.group)
             yield [table.setdefault(t, len(table)) for t in ex.premise]
             yield [table.setdefault(t, len(table)) for t in ex.hypothesis]
 
     packed = PackedSequences(sequences())
+    grouped = any(g != -1 for g in groups)
     return PairDataset(packed, torch.tensor(labels, dtype=torch.long),
-                       torch.tensor(lines, dtype=torch.long), path)
+                       torch.tensor(lines, dtype=torch.long), path,
+                       torch.tensor(groups, dtype=torch.long) if grouped else None)
 
 
 def _remap(dataset: PairDataset, lookup: Tensor) -> PairDataset:
@@ -438,6 +453,16 @@ class NLIDataModule(L.LightningDataModule):
     def read(self, path: Path, stats: ReadStats) -> Iterator[NLIExample]:
         raise NotImplementedError
 
+    def read_split(self, split: str, path: Path, stats: ReadStats) -> Iterator[NLIExample]:
+        """The examples of ``split`` (its file is ``path``): :meth:`read`, for subclasses that
+        treat the splits differently (datamodules/ranking.py filters evaluation groups)."""
+        return self.read(path, stats)
+
+    def vocab_settings(self) -> dict[str, Any]:
+        """What else, beyond the settings every module has, changes the training tokens
+        (part of the vocabulary cache key; subclasses)."""
+        return {}
+
     # --- files
     def _how_to_get(self) -> str:
         if self.url:
@@ -473,7 +498,7 @@ class NLIDataModule(L.LightningDataModule):
             path = require_file(self.path(split), f"{self.name} {split} file",
                                 self._how_to_get())
             stats = self.read_stats[split] = ReadStats()
-            examples = self.read(path, stats)
+            examples = self.read_split(split, path, stats)
             if split == "train" and self.max_train_examples:
                 examples = islice(examples, self.max_train_examples)
             interned[split] = _interned_pairs(examples, table, str(path))
@@ -494,7 +519,8 @@ class NLIDataModule(L.LightningDataModule):
         key = settings_key(dataset=self.name, train=str(train), size=stat.st_size,
                            mtime=stat.st_mtime_ns, tokenizer=self.tokenizer,
                            lowercase=self.lowercase, min_freq=self.min_freq,
-                           max_train_examples=self.max_train_examples)
+                           max_train_examples=self.max_train_examples,
+                           **self.vocab_settings())
         cached = cache_dir() / f"vocab-{self.name}-{key}.json"
         if cached.exists():
             return Vocab.load(cached)

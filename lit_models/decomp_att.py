@@ -34,8 +34,10 @@ batch per member (the latent mixture's routing).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal, NamedTuple
 
 import torch
@@ -47,6 +49,7 @@ from attention import Mechanism, build
 from attention.masking import check_mask, masked_softmax
 from attention.softmax import softmax
 from lit_models.base import AttnReproModule
+from lit_models.metrics import GroupedRanking
 
 
 # -- layers with K stacked members -------------------------------------------------------------
@@ -398,8 +401,12 @@ class DecompAtt(AttnReproModule):
                                  attend="linear" if coda and coda_features == "linear" else "mlp")
         self.net = self.build_net(num_classes, embeddings, members=self.n_members)
         self.accuracy = nn.ModuleDict()  # "<stage>_<dataloader>" -> MulticlassAccuracy
+        self.ranking = nn.ModuleDict()  # the same keys -> GroupedRanking (ranking batches)
         self._plot_batch: dict[str, Tensor] | None = None
+        self._test_rows: dict[int, list[dict[str, Tensor]]] = {}  # -> predictions-test.jsonl
         self.register_buffer("best_val_acc", torch.zeros(()))
+        self.register_buffer("best_val_map", torch.zeros(()))  # and the MRR of that validation
+        self.register_buffer("best_val_map_mrr", torch.zeros(()))
 
     @property
     def n_members(self) -> int:
@@ -479,8 +486,41 @@ class DecompAtt(AttnReproModule):
         if member.shape[0] > 1:
             for c, correct in enumerate((member.argmax(-1) == y).float().mean(-1)):
                 self.log(f"{stage}/acc_member{c}{suffix}", correct, **log)
+        if "group" in batch:  # answer / response selection: rank by log p(relevant)
+            if self.num_classes != 2:
+                raise ValueError(f"ranking batches (with 'group') need num_classes=2 (label 1 = "
+                                 f"relevant), got num_classes={self.num_classes}")
+            key = f"{stage}_{dataloader_idx}"
+            if key not in self.ranking:
+                self.ranking[key] = GroupedRanking().to(self.device)
+            self.ranking[key].update(log_p[:, 1], y, batch["group"], batch["index"])
+        if stage == "test":
+            rows = {"index": batch["index"], "gold": y, "log_p": log_p}
+            if "group" in batch:
+                rows["group"] = batch["group"]
+            self._test_rows.setdefault(dataloader_idx, []).append(
+                {k: v.detach().cpu() for k, v in rows.items()})
         self._evaluate_more(batch, member, stage, suffix)
         return member
+
+    def _log_ranking(self, stage: str) -> dict[str, Tensor]:
+        """MAP, MRR and P@1 (= R10@1 on Ubuntu) over the whole split of each of the stage's
+        dataloaders, gathered from every process; the first dataloader's are returned."""
+        first = {}
+        for key in [k for k in self.ranking if k.startswith(f"{stage}_")]:
+            index = int(key.rsplit("_", 1)[1])
+            metric = self.ranking[key]
+            if not metric.update_count:
+                continue
+            values = metric.compute()
+            metric.reset()
+            suffix = self._suffix(stage, index)
+            for name in ("map", "mrr", "p@1"):
+                self.log(f"{stage}/{name}{suffix}", values[name].float(), sync_dist=False)
+            self.log(f"{stage}/groups_without_positive{suffix}", values["skipped"].float())
+            if index == 0:
+                first = values
+        return first
 
     def _evaluate_more(self, batch, member_log_probs: Tensor, stage: str, suffix: str) -> None:
         """Extra evaluation logs of subclasses (the latent mixture's ELBO)."""
@@ -516,7 +556,59 @@ class DecompAtt(AttnReproModule):
         if acc is not None and acc.update_count and not self.trainer.sanity_checking:
             self.best_val_acc = torch.maximum(self.best_val_acc, acc.compute())
             self.log("val/acc_best", self.best_val_acc)  # the development score of a run
+        ranking = self._log_ranking("val")
+        if ranking and not self.trainer.sanity_checking and not ranking["map"].isnan():
+            if ranking["map"] > self.best_val_map:  # the development scores of a run
+                self.best_val_map.fill_(ranking["map"].item())
+                self.best_val_map_mrr.fill_(ranking["mrr"].item())
+            self.log("val/map_best", self.best_val_map)
+            self.log("val/mrr_at_best_map", self.best_val_map_mrr)
         self._plot_attention()
+
+    def on_test_epoch_start(self) -> None:
+        self._test_rows: dict[int, list[dict[str, Tensor]]] = {}
+
+    def on_test_epoch_end(self) -> None:
+        self._log_ranking("test")
+        self._write_predictions()
+
+    def _write_predictions(self) -> None:
+        """``predictions-test[_<split>].jsonl`` in the run folder: one line per test example
+        (gathered from every process, each example once, in split order) with its ``id``
+        (position in the split), ``line`` (in the split's file), ``gold``, ``prediction``,
+        ``log_probs`` of every class and, for ranking, ``group`` and ``score`` = log
+        p(relevant), the ranking key."""
+        rows = getattr(self, "_test_rows", {})
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, rows)
+        else:
+            gathered = [rows]
+        if not self.trainer.is_global_zero or not self.trainer.log_dir:
+            return
+        datamodule = getattr(self.trainer, "datamodule", None)
+        splits = getattr(datamodule, "test_splits", None) or ()
+        for idx in sorted({i for part in gathered for i in part}):
+            batches = [b for part in gathered for b in part.get(idx, [])]
+            columns = {k: torch.cat([b[k] for b in batches]) for k in batches[0]}
+            dataset = getattr(datamodule, "datasets", {}).get(splits[idx]) \
+                if idx < len(splits) else None
+            lines = getattr(dataset, "lines", None)
+            seen: dict[int, dict] = {}
+            for i in range(len(columns["index"])):
+                index = int(columns["index"][i])
+                if index in seen:  # a distributed sampler's repeated example
+                    continue
+                log_p = columns["log_p"][i]
+                row = {"id": index, "line": int(lines[index]) if lines is not None else None,
+                       "gold": int(columns["gold"][i]), "prediction": int(log_p.argmax()),
+                       "log_probs": [round(float(v), 6) for v in log_p]}
+                if "group" in columns:
+                    row |= {"group": int(columns["group"][i]), "score": float(log_p[1])}
+                seen[index] = row
+            path = Path(self.trainer.log_dir) / f"predictions-test{self._suffix('test', idx)}.jsonl"
+            path.write_text("".join(json.dumps(seen[k]) + "\n" for k in sorted(seen)),
+                            encoding="utf-8")
 
     def _plot_attention(self) -> None:
         batch, self._plot_batch = self._plot_batch, None

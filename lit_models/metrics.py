@@ -56,3 +56,99 @@ class Perplexity(Metric):
 
     def compute(self) -> torch.Tensor:
         return torch.exp(self.nll / self.tokens.clamp(min=1)).float()
+
+
+class GroupedRanking(Metric):
+    """MAP, MRR and P@1 of candidates ranked by score within their group (question or
+    dialogue context), with torchmetrics' retrieval functions (CoDA Table 2).
+
+    - Ties: candidates of equal score are ordered by ``index`` (their position in the split's
+      file), so the result never depends on a sort's whim (torchmetrics sorts with ``topk``,
+      whose order among equal scores is unspecified).
+    - Groups without a positive candidate have no defined AP or RR: they are skipped (not
+      counted as 0) and counted in ``skipped`` -- torchmetrics' ``empty_target_action="skip"``
+      and the standard WikiQA evaluation, which removes such questions.  Groups whose every
+      candidate is positive score 1.
+    - Every example is counted once: an ``index`` seen twice (a distributed sampler repeating
+      samples to even out the processes) keeps its first score.
+    - P@1 is the share of groups whose top candidate is positive: R10@1 on the Ubuntu
+      Dialogue Corpus, where each group holds one positive and nine distractors.
+    """
+
+    full_state_update = False
+    higher_is_better = True
+
+    def __init__(self):
+        super().__init__()
+        for name in ("score", "target", "group", "index"):
+            self.add_state(name, default=[], dist_reduce_fx="cat")
+
+    def update(self, score: torch.Tensor, target: torch.Tensor, group: torch.Tensor,
+               index: torch.Tensor) -> None:
+        """score (B,) float (higher = more relevant), target (B,) 0/1, group (B,) and index
+        (B,) integers."""
+        shapes = {tuple(t.shape) for t in (score, target, group, index)}
+        if len(shapes) != 1 or score.dim() != 1:
+            raise ValueError(f"GroupedRanking.update expects four (B,) tensors, got shapes "
+                             f"{[tuple(t.shape) for t in (score, target, group, index)]}")
+        self.score.append(score.detach().double())
+        self.target.append(target.detach().long())
+        self.group.append(group.detach().long())
+        self.index.append(index.detach().long())
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        from torchmetrics.functional.retrieval import (
+            retrieval_average_precision,
+            retrieval_precision,
+            retrieval_reciprocal_rank,
+        )
+
+        cat = [(torch.cat(s) if s else torch.zeros(0)) if isinstance(s, list) else s
+               for s in (self.score, self.target, self.group, self.index)]
+        if cat[0].numel() == 0:
+            nan = torch.tensor(float("nan"))
+            return {"map": nan, "mrr": nan, "p@1": nan, "groups": torch.tensor(0),
+                    "skipped": torch.tensor(0)}
+        score, target, group, index = (t.cpu() for t in cat)
+        index, first = _first_occurrences(index)
+        score, target, group = score[first], target[first], group[first]
+        # one total order: group, then score (descending), then index (ascending)
+        order = _lexsort([index, -score, group])
+        score, target, group = score[order], target[order], group[order]
+        starts = torch.cat([torch.tensor([0]), (group[1:] != group[:-1]).nonzero()[:, 0] + 1,
+                            torch.tensor([len(group)])]).tolist()
+        ap, rr, p1, skipped = [], [], [], 0
+        for a, b in zip(starts[:-1], starts[1:]):
+            relevant = target[a:b].bool()
+            if not relevant.any():
+                skipped += 1
+                continue
+            # the tie-free order as scores n..1: torchmetrics counts a candidate whose score is
+            # not positive as irrelevant (its scores are meant to be probabilities)
+            rank_score = torch.arange(b - a, 0, -1, dtype=torch.float64)
+            ap.append(retrieval_average_precision(rank_score, relevant))
+            rr.append(retrieval_reciprocal_rank(rank_score, relevant))
+            p1.append(retrieval_precision(rank_score, relevant, top_k=1))
+        return {"map": _mean(ap), "mrr": _mean(rr), "p@1": _mean(p1),
+                "groups": torch.tensor(len(ap)), "skipped": torch.tensor(skipped)}
+
+
+def _mean(values: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack(values).mean().float() if values else torch.tensor(float("nan"))
+
+
+def _lexsort(keys: list[torch.Tensor]) -> torch.Tensor:
+    """The permutation sorting by ``keys[-1]``, then ``keys[-2]``, ... (numpy's lexsort)."""
+    order = torch.arange(len(keys[0]))
+    for key in keys:  # least significant first; stable sorts keep the earlier keys' order
+        order = order[torch.sort(key[order], stable=True).indices]
+    return order
+
+
+def _first_occurrences(index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct values of ``index`` and the position of each one's first occurrence."""
+    values, inverse = torch.unique(index, return_inverse=True)
+    positions = torch.arange(len(index))
+    first = torch.full((len(values),), len(index), dtype=torch.long)
+    first = first.scatter_reduce(0, inverse, positions, reduce="amin")
+    return values, first
