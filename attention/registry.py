@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
+
 from attention.base import Mechanism
 
 REGISTRY: dict[str, type[Mechanism]] = {}
@@ -29,8 +32,41 @@ def build(spec: str | dict | Mechanism, **options) -> Mechanism:
         options = {**spec.pop("init_args", {}), **spec, **options}
         spec = name.rsplit(".", 1)[-1] if name else name
     if spec not in REGISTRY:
-        raise ValueError(f"unknown attention {spec!r}; registered: {', '.join(REGISTRY)}")
+        raise ValueError(unknown_attention(spec))
+    known = options_of(spec)
+    if known is not None:
+        for option in options:
+            if option not in known:
+                raise TypeError(unknown_option(spec, option))
     return REGISTRY[spec](**options)
+
+
+def options_of(name: str) -> list[str] | None:
+    """The options (constructor arguments) of mechanism ``name``; None when it takes any."""
+    params = inspect.signature(REGISTRY[name]).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+
+
+def _did_you_mean(word: str, candidates) -> str:
+    close = difflib.get_close_matches(str(word), list(candidates), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_attention(spec) -> str:
+    """The one-line error for a name that is no registered mechanism."""
+    return (f"unknown attention {spec!r}{_did_you_mean(spec, REGISTRY)}; "
+            f"registered: {', '.join(REGISTRY)}")
+
+
+def unknown_option(name: str, option: str) -> str:
+    """The one-line error for an option mechanism ``name`` does not take."""
+    known = options_of(name) or []
+    if not known:
+        return f"{name} has no option {option!r}: {name} takes no options"
+    return (f"{name} has no option {option!r}{_did_you_mean(option, known)}; "
+            f"options of {name}: {', '.join(known)}")
 
 
 def context_table() -> str:

@@ -13,8 +13,8 @@ filtered dev set for validation and test: the shared data has no WikiQA test set
     python experiments/coda_ranking.py fit --config experiments/configs/coda_ranking/smoke.yaml \\
         --config experiments/configs/coda_ranking/smoke/wikiqa.yaml --model.attention coda
     python experiments/coda_ranking.py grid table2 --smoke
-    python experiments/coda_ranking.py grid table2 --config cpu --cells wikiqa-softmax wikiqa-coda \\
-        --seeds 3
+    python experiments/coda_ranking.py grid table2 --config cpu \\
+        --cells wikiqa-softmax wikiqa-coda --seeds 3
     python experiments/coda_ranking.py report table2 --config cpu
 """
 

@@ -7,12 +7,14 @@
     <name>.py sweep <grid> [--config NAME] [--seeds N] [--output PATH]
     <name>.py report [<grid>] [--config NAME]
 
-(``<name>.py`` is ``python experiments/<name>.py``; configs are paper.yaml, smoke.yaml, ...)
+(``<name>.py`` is ``python experiments/<name>.py``; configs are paper.yaml, smoke.yaml, ...;
+``<name>.py --help`` lists the commands, the grids and the configs.)
 
 ``fit``/``validate``/``test`` are LightningCLI.  A grid (a paper table) is a list of cells,
 each a list of CLI overrides; ``grid`` runs every cell and seed locally, each as the same
 ``fit`` command a user would type, in one W&B group; ``cell`` runs one of them (what a W&B
-sweep agent calls); ``sweep`` writes the W&B sweep YAML for the grid; ``report`` prints the
+sweep agent calls); ``sweep`` writes the W&B sweep YAML for the grid (into
+``runs/<experiment>/sweeps/``, never among the configs); ``report`` prints the
 paper's table with the paper's numbers beside ours (mean +- std over seeds), read from the
 CSV logs, so it works without W&B.
 
@@ -29,12 +31,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+import typing
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -119,16 +124,39 @@ class Experiment:
     def config_dir(self) -> Path:
         return PROJECT_ROOT / "experiments" / "configs" / self.name
 
+    def configs(self) -> list[str]:
+        """The config names: the yaml files of configs/<name>/ (never a sweep file)."""
+        return sorted(p.stem for p in self.config_dir.glob("*.yaml")
+                      if not p.stem.startswith("sweep-"))
+
     def config_path(self, config: str) -> Path:
         path = Path(config)
         if path.suffix in (".yaml", ".yml"):
             return path
         path = self.config_dir / f"{config}.yaml"
-        if not path.exists():
-            known = sorted(p.stem for p in self.config_dir.glob("*.yaml"))
-            raise SystemExit(f"no config {config!r} for {self.name}: {path} does not exist; "
-                             f"known: {', '.join(known)}")
+        if not path.exists() or config not in self.configs():
+            raise SystemExit(f"{self.name} has no config {config!r}; configs: "
+                             f"{', '.join(self.configs())} "
+                             f"({_shown(self.config_dir)}/<config>.yaml)")
         return path
+
+    def dataset_names(self) -> list[str]:
+        """The datasets the grids' cells merge (``dataset_config``), in order of first use."""
+        names: list[str] = []
+        for grid in self.grids.values():
+            for cell in grid.cells:
+                for arg in cell.args:
+                    m = DATASET_ARG.fullmatch(arg)
+                    if m and m.group(1) not in names:
+                        names.append(m.group(1))
+        return names
+
+    def datasets_in(self, folder: Path) -> list[str]:
+        """The dataset configs of a config's folder (``<config>/<dataset>.yaml``), those the
+        grids use first, in their order."""
+        stems = {p.stem for p in Path(folder).glob("*.yaml")}
+        used = [n for n in self.dataset_names() if n in stems]
+        return used + sorted(stems - set(used))
 
     def grid(self, name: str) -> Grid:
         if name not in self.grids:
@@ -137,12 +165,311 @@ class Experiment:
 
     def main(self, argv: list[str] | None = None) -> None:
         args = sys.argv[1:] if argv is None else argv
-        command = args[0] if args else "--help"
-        if command in ("grid", "cell", "sweep", "report"):
+        if not args or args[0] in ("-h", "--help"):
+            print(overview(self))
+            if not args:
+                raise SystemExit(2)  # a command is needed
+            return
+        command = args[0]
+        if command in RUNNER_COMMANDS:
             {"grid": run_grid, "cell": run_one_cell, "sweep": write_sweep,
              "report": print_report}[command](self, args[1:])
-        else:
-            run_cli(self, argv)  # None: LightningCLI reads sys.argv itself
+            return
+        if command == "predict":
+            raise SystemExit(predict_message(self))
+        if not command.startswith("-") and command not in CLI_COMMANDS:
+            raise SystemExit(f"{self.name}.py: unknown command {command!r}; commands: "
+                             f"{', '.join(COMMANDS)} (see {self.name}.py --help)")
+        if command in CLI_COMMANDS and not _asks_for_help(args[1:]):
+            check_dataset_args(self, command, args[1:])
+            check_attention_args(self, command, args[1:])
+        run_cli(self, argv)  # None: LightningCLI reads sys.argv itself
+
+
+# --------------------------------------------------------------------------------------
+# the commands, explained: --help, and one-line errors before LightningCLI parses
+
+CLI_COMMANDS = {
+    "fit": "train one model (LightningCLI: every model and data argument is a flag)",
+    "validate": "evaluate a checkpoint (--ckpt_path) on the validation split",
+    "test": "evaluate a checkpoint (--ckpt_path) on the test split",
+}
+RUNNER_COMMANDS = {
+    "grid": "run every cell and seed of a grid (a paper table) locally: fit, then test",
+    "cell": "run one cell and seed of a grid (what a W&B sweep agent calls)",
+    "sweep": "write the W&B sweep YAML of a grid (to runs/<experiment>/sweeps/)",
+    "report": "print a grid's table from the CSV logs: the paper's numbers beside ours",
+}
+COMMANDS = {**CLI_COMMANDS, **RUNNER_COMMANDS}
+DATASET_ARG = re.compile(r"--config=\{config\}/(\w+)\.yaml")
+
+
+def _shown(path: Path | str) -> str:
+    """A path as the user would type it: relative to the project root when inside it."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _cells(n: int) -> str:
+    return f"{n} cell" if n == 1 else f"{n} cells"
+
+
+def _listing(experiment: Experiment, cells: bool = False) -> str:
+    """The grids (title, cells per seed) and the configs (with their datasets)."""
+    width = max((len(g) for g in experiment.grids), default=0)
+    lines = ["grids (<grid>; cells per seed):"]
+    for name, grid in experiment.grids.items():
+        lines.append(f"  {name:<{width}}  {grid.title} ({_cells(len(grid.cells))})")
+        if cells:
+            lines.append(f"  {'':<{width}}    cells: {', '.join(c.name for c in grid.cells)}")
+    where = _shown(experiment.config_dir)
+    configs = experiment.configs()
+    datasets = {c: experiment.datasets_in(experiment.config_dir / c) for c in configs}
+    lines += ["", f"configs (--config NAME, --smoke = --config smoke; {where}/<config>.yaml):"]
+    if any(datasets.values()):
+        lines[-1] = lines[-1][:-2] + "), each with its datasets"
+        lines.append(f"(a fit merges one: --config {where}/<config>/<dataset>.yaml):")
+        cw = max(map(len, configs))
+        lines += [f"  {c:<{cw}}  {', '.join(datasets[c]) or '-'}" for c in configs]
+    else:
+        lines.append(f"  {', '.join(configs)}")
+    return "\n".join(lines)
+
+
+def overview(experiment: Experiment) -> str:
+    """``<name>.py --help``: the commands, the grids, the configs, the attention names."""
+    prog = f"{experiment.name}.py"
+    width = max(map(len, COMMANDS))
+    lines = [f"usage: {prog} <command> ...   ({prog} <command> --help: its options)", "",
+             "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
+    lines += ["", _listing(experiment)]
+    params = mechanism_params(experiment.model_class)
+    if params:
+        from attention.registry import REGISTRY
+
+        first, *others = params
+        also = f"; also {', '.join(f'--model.{p}' for p in others)}" if others else ""
+        lines += ["", f"attention (--model.{first} NAME [--model.{first}.OPTION VALUE]{also}):",
+                  f"  {', '.join(REGISTRY)}"]
+    where = _shown(experiment.config_dir)
+    grid = next(iter(experiment.grids))
+    script = f"python experiments/{prog}"
+    fit = f"{script} fit --config {where}/smoke.yaml"
+    smoke_datasets = experiment.datasets_in(experiment.config_dir / "smoke")
+    if smoke_datasets:
+        fit += f" --config {where}/smoke/{smoke_datasets[0]}.yaml"
+    if params:
+        fit += f" --model.{next(iter(params))} {'coda' if 'coda' in REGISTRY else 'softmax'}"
+    lines += ["", "examples:", f"  {fit}", f"  {script} grid {grid} --smoke",
+              f"  {script} report {grid} --smoke"]
+    return "\n".join(lines)
+
+
+def predict_message(experiment: Experiment) -> str:
+    metrics = f"{_shown(runs_root() / experiment.name)}/<group>/<name>/metrics.csv"
+    written = getattr(experiment.model_class, "predictions_file", None)
+    writes = (f" and the predictions to {written} beside it" if written
+              else " (this model writes no predictions file)")
+    return (f"{experiment.name}.py: predict is not offered (no model here implements "
+            f"prediction); use test --ckpt_path CKPT, or fit --run.test_after_fit true: the "
+            f"test metrics go to {metrics}{writes}")
+
+
+def _asks_for_help(args: list[str]) -> bool:
+    return any(a in ("-h", "--help") or a.split("=", 1)[0].endswith(".help") for a in args)
+
+
+def _options(args: list[str]):
+    """(flag, value, shown) for every ``--flag value`` / ``--flag=value`` / ``-c value`` of
+    a command line; value None for a flag without one."""
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if not token.startswith("-"):
+            continue
+        flag, eq, value = token.partition("=")
+        if not eq:
+            if i < len(args) and not args[i].startswith("--"):
+                value = args[i]
+                i += 1
+            else:
+                value = None
+        yield flag, value, token if eq or value is None else f"{token} {value}"
+
+
+def _config_files(args: list[str]) -> list[str]:
+    return [v for f, v, _ in _options(args) if f in ("--config", "-c") and v]
+
+
+def _load_yaml(path: str) -> dict:
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def check_dataset_args(experiment: Experiment, command: str, args: list[str]) -> None:
+    """An experiment whose datasets are configs of their own (``dataset_config``) needs one
+    merged after the grid config: without it, say which to add (one line)."""
+    if not experiment.subclass_mode_data or not experiment.dataset_names():
+        return
+    flags = [f for f, _, _ in _options(args)]
+    if "--data" in flags or "--data.class_path" in flags:
+        return
+    configs = _config_files(args)
+    for path in configs:
+        data = _load_yaml(path).get("data")
+        if isinstance(data, str) or (isinstance(data, dict) and "class_path" in data):
+            return
+    raise SystemExit(missing_dataset_message(experiment, command, configs))
+
+
+def missing_dataset_message(experiment: Experiment, command: str, configs: list[str]) -> str:
+    prog = f"{experiment.name}.py {command}"
+    for path in configs:
+        folder = Path(path).with_suffix("")
+        names = experiment.datasets_in(folder) if folder.is_dir() else []
+        if names:
+            choice = names[0] if len(names) == 1 else "{" + ",".join(names) + "}"
+            return f"{prog} needs a dataset: add --config {folder}/{choice}.yaml"
+    where = _shown(experiment.config_dir)
+    known = (f"configs: {', '.join(experiment.configs())}; "
+             f"datasets: {', '.join(experiment.dataset_names())}")
+    if not configs:
+        return (f"{prog} needs a config and a dataset: add --config {where}/<config>.yaml "
+                f"--config {where}/<config>/<dataset>.yaml ({known})")
+    return f"{prog} needs a dataset: add --config {where}/<config>/<dataset>.yaml ({known})"
+
+
+def mechanism_params(model_class: type) -> dict[str, str | None]:
+    """The model's attention arguments (typed ``Mechanism``, also through ``**kwargs`` to a
+    base class): name -> the name of its default mechanism (None: none)."""
+    try:
+        from attention.base import Mechanism
+    except ImportError:  # pragma: no cover - the suite always has it
+        return {}
+    out: dict[str, str | None] = {}
+    for cls in reversed(getattr(model_class, "__mro__", ())):
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            hints = typing.get_type_hints(init)
+            params = inspect.signature(init).parameters
+        except Exception:  # noqa: BLE001 - a class without introspectable hints
+            continue
+        for name, hint in hints.items():
+            if hint is Mechanism or Mechanism in typing.get_args(hint):
+                default = params[name].default if name in params else None
+                out[name] = default.name if isinstance(default, Mechanism) else None
+    return out
+
+
+_UNKNOWN = "?"  # a mechanism the check cannot name (a file, a class outside the registry)
+
+
+def _mechanism_name(value) -> str | None:
+    """The registry name of an attention flag value; raises ValueError with the registry's
+    one-line message for an unknown name."""
+    from attention.base import Mechanism
+    from attention.registry import REGISTRY, unknown_attention, unknown_option
+
+    if value is None or value in ("null", "None"):
+        return None
+    if isinstance(value, Mechanism):
+        return value.name
+    if isinstance(value, dict):
+        name = value.get("class_path", value.get("name", _UNKNOWN))
+        name = _UNKNOWN if name == _UNKNOWN else _mechanism_name(name)
+        init_args = value.get("init_args")
+        if name in REGISTRY and isinstance(init_args, dict):
+            from attention.registry import options_of
+
+            known = options_of(name)
+            for option in init_args:
+                if known is not None and option not in known:
+                    raise ValueError(unknown_option(name, option))
+        return name
+    if not isinstance(value, str):
+        return _UNKNOWN
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            return _mechanism_name(yaml.safe_load(text))
+        except yaml.YAMLError:
+            return _UNKNOWN
+    if text.rsplit(".", 1)[-1] in REGISTRY:
+        return text.rsplit(".", 1)[-1]
+    if Path(text).is_file():
+        return _UNKNOWN  # the mechanism's own config file: LightningCLI reads it
+    if "." in text:
+        import importlib
+
+        module, _, attr = text.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError, ValueError):
+            cls = None
+        if isinstance(cls, type) and issubclass(cls, Mechanism):
+            return cls.name if cls.name in REGISTRY else _UNKNOWN
+    raise ValueError(unknown_attention(text))
+
+
+def check_attention_args(experiment: Experiment, command: str, args: list[str]) -> None:
+    """The attention flags (``--model.attention NAME``, ``--model.attention.OPTION``, the
+    ``attention:`` keys of the configs) against the registry, in command-line order: an
+    unknown mechanism or option is one line naming the valid ones."""
+    from attention.registry import REGISTRY, options_of, unknown_option
+
+    params = mechanism_params(experiment.model_class)
+    if not params:
+        return
+    # in subclass mode another model class may have other defaults: known once given
+    current = {p: _UNKNOWN for p in params} if experiment.subclass_mode_model else dict(params)
+    prog = f"{experiment.name}.py {command}"
+
+    def name_of(value, where: str) -> str | None:
+        try:
+            return _mechanism_name(value)
+        except ValueError as e:
+            raise SystemExit(f"{prog}: {where}: {e}") from None
+
+    for flag, value, shown in _options(args):
+        if flag in ("--config", "-c") and value and Path(value).is_file():
+            model = _load_yaml(value).get("model")
+            if not isinstance(model, dict):
+                continue
+            if isinstance(model.get("init_args"), dict):
+                model = {**model, **model["init_args"]}
+            for param in params:
+                if param in model:
+                    current[param] = name_of(model[param], f"{value}: model.{param}")
+            continue
+        if not flag.startswith("--model."):
+            continue
+        key = flag[len("--model."):].removeprefix("init_args.").split(".")
+        if key[0] not in params:
+            continue
+        param, rest = key[0], key[1:]
+        if not rest or rest == ["class_path"]:
+            current[param] = name_of(value, shown)
+            continue
+        option = rest[1] if rest[0] == "init_args" and len(rest) > 1 else rest[0]
+        name = current[param]
+        if option in ("init_args", "dict_kwargs", "help") or name not in REGISTRY:
+            continue
+        known = options_of(name)
+        if known is not None and option not in known:
+            owners = [n for n in REGISTRY if option in (options_of(n) or ())]
+            hint = (f"; {option} is an option of {', '.join(owners)}: choose one first "
+                    f"(--model.{param} {owners[0]})" if owners else "")
+            raise SystemExit(f"{prog}: {flag}: {unknown_option(name, option)}{hint}")
 
 
 # --------------------------------------------------------------------------------------
@@ -176,6 +503,22 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
         torch.set_num_threads(int(threads))
 
     class ExperimentCLI(LightningCLI):
+        @staticmethod
+        def subcommands() -> dict[str, set[str]]:
+            # no model of the suite implements prediction: test writes what a run predicts
+            return {k: v for k, v in LightningCLI.subcommands().items() if k in CLI_COMMANDS}
+
+        def before_instantiate_classes(self):
+            # the abstract DataModule (e.g. --data.data_dir without a dataset config)
+            data = self.config[self.subcommand].get("data")
+            base = experiment.datamodule_class
+            if (experiment.subclass_mode_data and experiment.dataset_names()
+                    and getattr(data, "class_path", None) == f"{base.__module__}."
+                                                             f"{base.__qualname__}"):
+                configs = [str(getattr(p, "relative", p))  # as the user typed it
+                           for p in self.config[self.subcommand].get("config") or []]
+                raise SystemExit(missing_dataset_message(experiment, self.subcommand, configs))
+
         def add_arguments_to_parser(self, parser):
             parser.add_argument("--run.group", type=str, default="adhoc",
                                 help="run group: runs/<experiment>/<group>/, the W&B group")
@@ -314,14 +657,29 @@ def finish_wandb() -> None:
 # grid | cell | sweep
 
 
-def _grid_parser(prog: str, with_cell: bool = False) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog)
-    p.add_argument("grid")
-    p.add_argument("--config", default="paper", help="config name in experiments/configs/<name>/")
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _parser(experiment: Experiment, command: str, cells: bool = False) -> _Parser:
+    return _Parser(prog=f"{experiment.name}.py {command}", description=COMMANDS[command],
+                   epilog=_listing(experiment, cells=cells),
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _grid_parser(experiment: Experiment, command: str,
+                 with_cell: bool = False) -> argparse.ArgumentParser:
+    p = _parser(experiment, command, cells=with_cell)
+    p.add_argument("grid", help=f"one of: {', '.join(experiment.grids)} (below)")
+    p.add_argument("--config", default="paper",
+                   help=f"config name: {', '.join(experiment.configs())} (default: paper)")
     p.add_argument("--smoke", action="store_true", help="shorthand for --config smoke")
     if with_cell:
-        p.add_argument("--cell", required=True)
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--cell", required=True, help="a cell of the grid (below)")
+        p.add_argument("--seed", type=int, default=0, help="the seed (default: 0)")
     else:
         p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per cell")
         p.add_argument("--cells", nargs="*", default=None, help="only these cells")
@@ -365,7 +723,7 @@ def _launch(experiment, grid, cell, seed, config, extra, threads: int | None):
 
 def run_grid(experiment: Experiment, argv: list[str]) -> None:
     argv, extra = _split_extra(argv)
-    args = _grid_parser(f"{experiment.name}.py grid").parse_args(argv)
+    args = _grid_parser(experiment, "grid").parse_args(argv)
     config = "smoke" if args.smoke else args.config
     grid = experiment.grid(args.grid)
     experiment.config_path(config)
@@ -418,9 +776,10 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
 
 def run_one_cell(experiment: Experiment, argv: list[str]) -> None:
     argv, extra = _split_extra(argv)
-    args = _grid_parser(f"{experiment.name}.py cell", with_cell=True).parse_args(argv)
+    args = _grid_parser(experiment, "cell", with_cell=True).parse_args(argv)
     config = "smoke" if args.smoke else args.config
     grid = experiment.grid(args.grid)
+    experiment.config_path(config)
     proc, log, run_dir = _launch(experiment, grid, grid.cell(args.cell), args.seed, config,
                                  extra, None)
     proc.wait()
@@ -447,14 +806,22 @@ def sweep_config(experiment: Experiment, grid: Grid, config: str, seeds: int) ->
     }
 
 
+def sweep_path(experiment: Experiment, grid: Grid, config: str) -> Path:
+    """A sweep's default file: beside the runs, never among the configs."""
+    return runs_root() / experiment.name / "sweeps" / f"{grid.name}-{config}.yaml"
+
+
 def write_sweep(experiment: Experiment, argv: list[str]) -> None:
-    p = _grid_parser(f"{experiment.name}.py sweep")
-    p.add_argument("--output", default=None)
+    p = _grid_parser(experiment, "sweep")
+    p.add_argument("--output", default=None,
+                   help="where to write it (default: runs/<experiment>/sweeps/<grid>-<config>"
+                        ".yaml, under $ATTNREPRO_RUNS)")
     args = p.parse_args(argv)
     config = "smoke" if args.smoke else args.config
     grid = experiment.grid(args.grid)
     experiment.config_path(config)
-    out = Path(args.output or experiment.config_dir / f"sweep-{grid.name}-{config}.yaml")
+    out = Path(args.output or sweep_path(experiment, grid, config))
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(sweep_config(experiment, grid, config, args.seeds),
                                   sort_keys=False))
     print(f"wrote {out}\nrun it with:  wandb sweep {out}   then   wandb agent <sweep id>  "
@@ -600,18 +967,49 @@ def format_curves(experiment: Experiment, grid: Grid, config: str) -> str:
     return "\n".join(lines)
 
 
+def configs_with_runs(experiment: Experiment, grid: Grid) -> list[str]:
+    """The configs with at least one run of ``grid`` (folders ``<grid>-<config>``)."""
+    root = runs_root() / experiment.name
+    longer = [g for g in experiment.grids if g != grid.name and g.startswith(grid.name)]
+    found = []
+    for folder in sorted(root.glob(f"{grid.name}-*")):
+        if not folder.is_dir() or any(folder.name.startswith(f"{g}-") for g in longer):
+            continue
+        if any(cell_runs(folder, cell) for cell in grid.cells):
+            found.append(folder.name[len(grid.name) + 1:])
+    return found
+
+
+def no_runs_message(experiment: Experiment, grid: Grid, config: str) -> str | None:
+    """One line when ``grid`` has no runs with ``config`` but has with others; else None."""
+    found = configs_with_runs(experiment, grid)
+    if not found or config in found:
+        return None
+    use = " or ".join("--smoke or --config smoke" if c == "smoke" else f"--config {c}"
+                      for c in found)
+    return f"no runs of {grid.name} with config {config}; runs exist for: {', '.join(found)} " \
+           f"(use {use})"
+
+
 def print_report(experiment: Experiment, argv: list[str]) -> None:
-    p = argparse.ArgumentParser(prog=f"{experiment.name}.py report")
-    p.add_argument("grid", nargs="?", default=None)
-    p.add_argument("--config", default="paper")
-    p.add_argument("--smoke", action="store_true")
+    p = _parser(experiment, "report")
+    p.add_argument("grid", nargs="?", default=None,
+                   help=f"one of: {', '.join(experiment.grids)} (default: every grid)")
+    p.add_argument("--config", default="paper",
+                   help=f"config name: {', '.join(experiment.configs())} (default: paper)")
+    p.add_argument("--smoke", action="store_true", help="shorthand for --config smoke")
     p.add_argument("--curve", action="store_true",
                    help="also print the validation learning curves (grids that name one)")
     args = p.parse_args(argv)
     config = "smoke" if args.smoke else args.config
     grids = [experiment.grid(args.grid)] if args.grid else list(experiment.grids.values())
+    experiment.config_path(config)
     parts = []
     for g in grids:
+        missing = no_runs_message(experiment, g, config)
+        if missing:
+            parts.append(missing)
+            continue
         parts.append(format_report(experiment, g, config))
         if args.curve and g.curve is not None:
             parts.append(format_curves(experiment, g, config))

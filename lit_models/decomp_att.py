@@ -38,7 +38,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -348,6 +348,9 @@ class DecompAtt(AttnReproModule):
         lr, weight_decay, betas: Adam(W).
         plot_pairs: validation pairs drawn as heat maps to W&B (0: none).
     """
+
+    #: what a test run writes beside its metrics (experiments/runner.py names it)
+    predictions_file: ClassVar[str] = "predictions-test.jsonl"
 
     def __init__(
         self,

@@ -56,6 +56,9 @@ def scores_bleu(datamodule) -> bool:
 class Seq2SeqTask:
     """Training, validation and test steps of a seq2seq model (module docstring)."""
 
+    #: what a test run writes beside its metrics, where the data has references
+    predictions_file = "hypotheses-test.jsonl (where the data has references)"
+
     def loss(self, logits: Tensor, batch, smoothing: float) -> Tensor:
         return F.cross_entropy(logits.transpose(1, 2), batch["tgt_out"],
                                ignore_index=self.hparams.pad_id, label_smoothing=smoothing)
