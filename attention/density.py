@@ -19,9 +19,13 @@ source in ``precompute``; a decoder step then costs O(N * D) like ordinary atten
 computed by a compiled kernel that stores nothing of size N^2 D, or (no compiler, or |h|
 beyond ``EXP_RANGE``) eagerly in blocks of k, so neither pass holds more than
 ``max(block_elements, B * N * D)`` elements of the (B, N, N, D) tensor L.
-AQT has no shortcut (O(T * N^2 * D) work); :func:`aqt_offdiagonal` loops over blocks of
-(decoder step, source row j) pairs, each holding at most ``max(block_elements, B * N * D)``
-elements of tanh(L + s_i), recomputed in the backward pass.
+AQT has no shortcut (O(T * N^2 * D) work): :func:`aqt_offdiagonal` makes tanh(L) and
+exp(2 tanh(L)) once per call and sums w_s . tanh(L + s_i) = w_s . (1 - 2 / (1 + e^2L e^2s_i))
+with compiled kernels that never store the T x N^2 x D terms (B=32, T=N=50, D=256, one
+thread: 3.9 s forward+backward against 83 s eagerly); without a compiler, or beyond
+``AQT_COMPILED_ELEMENTS``, it loops over blocks of (decoder step, source row j) pairs, each
+holding at most ``max(block_elements, B * N * D)`` elements of tanh(L + s_i), recomputed in
+the backward pass.
 
 h and s must share the dimension D: the decoder projects s when the dimensions differ.
 ``DensityDecoder.density_matrix`` returns Psi_i itself for one decoder step (heat maps).
@@ -183,19 +187,112 @@ def _aqt_block(h_j: Tensor, h: Tensor, s_t: Tensor, w_col: Tensor, visible: Tens
     return (weight * e).sum(-2)  # sum over j  (..., ct, N)
 
 
+#: the compiled AQT path holds tanh(L) and exp(2 tanh(L)) (batch x N x N x D each); beyond
+#: this many elements it takes the eager blocked path
+AQT_COMPILED_ELEMENTS = 1 << 26
+
+
+def _aqt_block_kernel(e: Tensor, v: Tensor, vis: Tensor, off: Tensor, w: Tensor) -> Tensor:
+    """sum_j vis[b,i,j] off[j,k] sum_d w[b,d] tanh(t_jk + s_i) by tanh(a + b) =
+    1 - 2 / (1 + e^2a e^2b): e = exp(2 t) (B,N,N,D) [j,k], v = exp(2 s) (B,T,D), vis (B,T,N),
+    off (N,N), w (B,D) -> (B,T,N).  Zero padding adds nothing (its weights are 0)."""
+    m = 1 - 2 / (1 + e.unsqueeze(1) * v[:, :, None, None, :])  # (B,T,J,K,D)
+    weight = vis.unsqueeze(-1) * off  # (B,T,J,K)
+    return (weight.unsqueeze(-1) * m * w[:, None, None, None, :]).sum((2, 4))
+
+
+def _aqt_slope(e: Tensor, v: Tensor, vis: Tensor, off: Tensor, g: Tensor) -> Tensor:
+    """g[b,i,k] vis[b,i,j] off[j,k] (1 - tanh^2(t_jk + s_i)) (B,T,J,K,D), 1 - tanh^2 =
+    4 r (1 - r) with r = 1 / (1 + e v)."""
+    r = 1 / (1 + e.unsqueeze(1) * v[:, :, None, None, :])
+    weight = vis.unsqueeze(-1) * off * g.unsqueeze(2)  # (B,T,J,K)
+    return weight.unsqueeze(-1) * (4 * r * (1 - r))
+
+
+def _aqt_grad_s_kernel(e, v, vis, off, w, g):
+    """d/ds_i (B,T,D) of sum g . output."""
+    return _aqt_slope(e, v, vis, off, g).sum((2, 3)) * w[:, None, :]
+
+
+def _aqt_grad_t_kernel(e, v, vis, off, w, g):
+    """d/dt_jk (B,N,N,D) of sum g . output."""
+    return _aqt_slope(e, v, vis, off, g).sum(1) * w[:, None, None, :]
+
+
+def _aqt_grad_w_kernel(e, v, vis, off, g):
+    """d/dw (B,D) of sum g . output."""
+    m = 1 - 2 / (1 + e.unsqueeze(1) * v[:, :, None, None, :])
+    weight = vis.unsqueeze(-1) * off * g.unsqueeze(2)
+    return (weight.unsqueeze(-1) * m).sum((1, 2, 3))
+
+
+_AQT_IN = "bnnd,btd,btn,nn"
+_aqt_forward = PaddedKernel(_aqt_block_kernel, f"{_AQT_IN},bd->btn")
+_aqt_grad_s = PaddedKernel(_aqt_grad_s_kernel, f"{_AQT_IN},bd,btn->btd")
+_aqt_grad_t = PaddedKernel(_aqt_grad_t_kernel, f"{_AQT_IN},bd,btn->bnnd")
+_aqt_grad_w = PaddedKernel(_aqt_grad_w_kernel, f"{_AQT_IN},btn->bd")
+
+
+class _CompiledAQT(torch.autograd.Function):
+    """Eq. 11 summed over rows j for flat h (B,N,D), s (B,T,D), w (B,D), visible (B,T,N) by the
+    compiled kernels: tanh(L) and e = exp(2 tanh(L)) (bounded: e^-2..e^2) are made once per
+    call, the T x N^2 x D terms never stored.  If compiling fails in this very call (it
+    warned), the eager blocked path computes the same thing."""
+
+    @staticmethod
+    def forward(ctx, h, s, w, visible, block_elements):
+        n = h.shape[1]
+        off = (~torch.eye(n, dtype=torch.bool, device=h.device)).to(h.dtype)
+        pair = torch.tanh(h.unsqueeze(2) + h.unsqueeze(1))  # L_(j,k)  (B,N,N,D)
+        e, v = torch.exp(2 * pair), torch.exp(2 * s)
+        ctx.save_for_backward(h, s, w, visible, pair, e, v, off)
+        ctx.block_elements = block_elements
+        out = _aqt_forward(e, v, visible, off, w)
+        return _aqt_eager(h, s, w, visible, block_elements) if out is None else out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        h, s, w, visible, pair, e, v, off = ctx.saved_tensors
+        grad = grad.contiguous()
+        g_s = _aqt_grad_s(e, v, visible, off, w, grad)
+        g_t = _aqt_grad_t(e, v, visible, off, w, grad)
+        g_w = _aqt_grad_w(e, v, visible, off, grad)
+        if g_s is None or g_t is None or g_w is None:  # compiling failed: the eager path's
+            with torch.enable_grad():
+                args = [x.detach().requires_grad_() for x in (h, s, w)]
+                out = _aqt_eager(*args, visible, ctx.block_elements)
+                return (*torch.autograd.grad(out, args, grad), None, None)
+        g_pre = g_t * (1 - pair * pair)  # through L_(j,k) = tanh(h_j + h_k)
+        return g_pre.sum(2) + g_pre.sum(1), g_s, g_w, None, None
+
+
 def aqt_offdiagonal(h: Tensor, s: Tensor, w_s: Tensor, visible: Tensor | None = None, *,
                     block_elements: int = BLOCK_ELEMENTS) -> Tensor:
     """sum_{j != k, visible_ij} w_s . tanh(tanh(h_j + h_k) + s_i) (Eq. 11) for h (..., N, D),
     s (..., T, D), w_s (D,) or (*trailing batch dims, D) (e.g. (H, D)) -> (..., T, N).
 
     ``visible`` (boolean, broadcastable to (..., T, N)) says which rows j each query
-    averages over (padding, causality).  Blocks of (query, row j) pairs hold at most
-    ``max(block_elements, batch * N * D)`` elements of tanh(L + s_i) at once, in the forward
-    and the backward pass."""
+    averages over (padding, causality).  Compiled (:class:`_CompiledAQT`) when the compiler
+    works and batch x N^2 x D is at most ``AQT_COMPILED_ELEMENTS``; else eagerly in blocks
+    of (query, row j) pairs holding at most ``max(block_elements, batch * N * D)`` elements
+    of tanh(L + s_i) at once, in the forward and the backward pass."""
     (n, d), t = h.shape[-2:], s.shape[-2]
-    batch = torch.broadcast_shapes(h.shape[:-2], s.shape[:-2])
+    batch = torch.broadcast_shapes(h.shape[:-2], s.shape[:-2], w_s.shape[:-1])
     visible = h.new_ones(t, n) if visible is None else check_mask(visible, "visible").to(h.dtype)
     visible = visible.expand(torch.broadcast_shapes(visible.shape, (t, n)))  # (..., T, N)
+    if (_aqt_forward.active() and h.dtype in EXP_RANGE
+            and math.prod(batch) * n * n * d <= AQT_COMPILED_ELEMENTS):
+        flat = [x.expand(*batch, *x.shape[-k:]).reshape(-1, *x.shape[-k:])
+                for x, k in ((h, 2), (s, 2), (w_s, 1), (visible, 2))]
+        return _CompiledAQT.apply(*flat, block_elements).reshape(*batch, t, n)
+    return _aqt_eager(h, s, w_s, visible, block_elements)
+
+
+def _aqt_eager(h: Tensor, s: Tensor, w_s: Tensor, visible: Tensor,
+               block_elements: int) -> Tensor:
+    (n, d), t = h.shape[-2:], s.shape[-2]
+    batch = torch.broadcast_shapes(h.shape[:-2], s.shape[:-2])
     pairs = rows_per_block(math.prod(batch) * n * d, block_elements)  # (step, row j) pairs
     cj = min(n, pairs)
     ct = max(1, min(t, pairs // cj))

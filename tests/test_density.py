@@ -53,9 +53,19 @@ def data():
     )
 
 
+@pytest.fixture(params=["compiled", "eager"])
+def pair_path(request, monkeypatch):
+    """The compiled exp-identity kernels (MQT pair sums, AQT), or the eager blocked tanh."""
+    if request.param == "eager":
+        monkeypatch.setattr(compiled, "COMPILE", False)
+    elif not compiled.COMPILE:
+        pytest.skip("ATTNREPRO_COMPILE=0")
+    return request.param
+
+
 @pytest.mark.parametrize("scheme", ["mqt", "aqt"])
 @pytest.mark.parametrize("block_elements", [1, 37, 1 << 22])
-def test_functional_equals_naive_density_matrix(data, scheme, block_elements):
+def test_functional_equals_naive_density_matrix(data, scheme, block_elements, pair_path):
     scores, h, s, mask, w = data["scores"], data["h"], data["s"], data["mask"], data["w"][scheme]
     context, omega = density_context(scores, h, s, w, scheme, mask,
                                      block_elements=block_elements)
@@ -64,16 +74,6 @@ def test_functional_equals_naive_density_matrix(data, scheme, block_elements):
         torch.testing.assert_close(omega[b], expected)
         torch.testing.assert_close(context[b], expected @ h[b])
     assert torch.equal(omega[1, :, [1, 4]], torch.zeros(3, 2))  # padded keys: exactly 0
-
-
-@pytest.fixture(params=["compiled", "eager"])
-def pair_path(request, monkeypatch):
-    """The compiled exp-identity kernels of the MQT pair sums, or the eager blocked tanh."""
-    if request.param == "eager":
-        monkeypatch.setattr(compiled, "COMPILE", False)
-    elif not compiled.COMPILE:
-        pytest.skip("ATTNREPRO_COMPILE=0")
-    return request.param
 
 
 def naive_pairs(h, mask):
@@ -145,6 +145,40 @@ def test_a_failing_compiler_falls_back_to_the_tanh_path(data, monkeypatch):
     (want,) = torch.autograd.grad(naive_pairs(h, data["mask"]).sum(), h)
     torch.testing.assert_close(grad, want)
     assert density_module._pair_sum.failed
+
+
+def test_aqt_compiled_gradients_and_a_failing_compiler(data, monkeypatch):
+    """The compiled AQT path: gradients of h, s and a per-head w_s (H, D) against the eager
+    path; then a compiler that fails inside the first call: a warning, the same numbers."""
+    g = data["g"]
+    h = torch.randn(2, 3, 5, 4, generator=g, dtype=DT, requires_grad=True)  # (B,H,N,D)
+    s = torch.randn(2, 3, 6, 4, generator=g, dtype=DT, requires_grad=True)
+    w = torch.randn(3, 4, generator=g, dtype=DT, requires_grad=True)
+    visible = torch.rand(2, 1, 6, 5, generator=g) > 0.3
+    cotangent = torch.randn(2, 3, 6, 5, generator=g, dtype=DT)
+
+    def values_and_grads():
+        out = aqt_offdiagonal(h, s, w, visible)
+        return [out, *torch.autograd.grad(out, (h, s, w), cotangent)]
+
+    fast = values_and_grads()
+    monkeypatch.setattr(compiled, "COMPILE", False)
+    for got, want in zip(fast, values_and_grads()):
+        torch.testing.assert_close(got, want)
+
+    def no_compiler(*args, **kwargs):
+        raise OSError("no C++ compiler")
+
+    monkeypatch.setattr(compiled, "COMPILE", True)
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    for name in ("_aqt_forward", "_aqt_grad_s", "_aqt_grad_t", "_aqt_grad_w"):
+        kernel = getattr(density_module, name)
+        dims = ",".join(kernel.inputs) + "->" + ",".join(kernel.outputs)
+        monkeypatch.setattr(density_module, name, compiled.PaddedKernel(kernel.fn, dims))
+    with pytest.warns(UserWarning, match="torch.compile of _aqt_block_kernel failed"):
+        fallback = values_and_grads()
+    for got, want in zip(fallback, fast):
+        torch.testing.assert_close(got, want)
 
 
 def test_blocks_stay_within_budget(data, monkeypatch):
