@@ -233,59 +233,85 @@ _aqt_grad_t = PaddedKernel(_aqt_grad_t_kernel, f"{_AQT_IN},bd,btn->bnnd")
 _aqt_grad_w = PaddedKernel(_aqt_grad_w_kernel, f"{_AQT_IN},btn->bd")
 
 
+def _in_steps(kernel: PaddedKernel, sum_steps: bool, e: Tensor, v: Tensor, vis: Tensor,
+              off: Tensor, *rest: Tensor) -> Tensor:
+    """``kernel``, compiled; or (compiling failed) its expression eagerly over blocks of
+    decoder steps, each holding about ``BLOCK_ELEMENTS`` of the (B,T,N,N,D) broadcast.  The
+    per-step arguments (``v``, ``vis`` and the (B,T,N) cotangent, last in ``rest`` when
+    given) are cut by step; outputs over steps are concatenated, or summed when
+    ``sum_steps``."""
+    out = kernel(e, v, vis, off, *rest)
+    if out is not None:
+        return out
+    size = rows_per_block(e.numel(), BLOCK_ELEMENTS)
+    cotangent = len(rest) > 0 and rest[-1].dim() == 3  # (B,T,N); w is (B,D)
+    parts = []
+    for ts in row_blocks(v.shape[1], size):
+        extra = [*rest[:-1], rest[-1][:, ts]] if cotangent else list(rest)
+        parts.append(kernel.fn(e, v[:, ts], vis[:, ts], off, *extra))
+    return sum(parts) if sum_steps else torch.cat(parts, dim=1)
+
+
 class _CompiledAQT(torch.autograd.Function):
-    """Eq. 11 summed over rows j for flat h (B,N,D), s (B,T,D), w (B,D), visible (B,T,N) by the
-    compiled kernels: tanh(L) and e = exp(2 tanh(L)) (bounded: e^-2..e^2) are made once per
-    call, the T x N^2 x D terms never stored.  If compiling fails in this very call (it
-    warned), the eager blocked path computes the same thing."""
+    """Eq. 11 summed over rows j, from the pairs L = tanh(h_j + h_k) (B,N,N,D) [j,k] and
+    e = exp(2 L) (no gradient), for flat s (B,T,D), w (B,D), visible (B,T,N), by the compiled
+    kernels: the T x N^2 x D terms are never stored, and L and e (bounded: e^-2..e^2) can be
+    made once per source (:func:`aqt_pairs`) for every decoder step.  The gradient of L
+    goes on through autograd (to h, once per source)."""
 
     @staticmethod
-    def forward(ctx, h, s, w, visible, block_elements):
-        n = h.shape[1]
-        off = (~torch.eye(n, dtype=torch.bool, device=h.device)).to(h.dtype)
-        pair = torch.tanh(h.unsqueeze(2) + h.unsqueeze(1))  # L_(j,k)  (B,N,N,D)
-        e, v = torch.exp(2 * pair), torch.exp(2 * s)
-        ctx.save_for_backward(h, s, w, visible, pair, e, v, off)
-        ctx.block_elements = block_elements
-        out = _aqt_forward(e, v, visible, off, w)
-        return _aqt_eager(h, s, w, visible, block_elements) if out is None else out
+    def forward(ctx, pair, e, s, w, visible):
+        n = pair.shape[1]
+        off = (~torch.eye(n, dtype=torch.bool, device=pair.device)).to(pair.dtype)
+        v = torch.exp(2 * s)  # inf or 0 beyond exp's range: tanh(L + s) = +-1, slope 0
+        ctx.save_for_backward(e, v, w, visible, off)
+        return _in_steps(_aqt_forward, False, e, v, visible, off, w)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        h, s, w, visible, pair, e, v, off = ctx.saved_tensors
+        e, v, w, visible, off = ctx.saved_tensors
         grad = grad.contiguous()
-        g_s = _aqt_grad_s(e, v, visible, off, w, grad)
-        g_t = _aqt_grad_t(e, v, visible, off, w, grad)
-        g_w = _aqt_grad_w(e, v, visible, off, grad)
-        if g_s is None or g_t is None or g_w is None:  # compiling failed: the eager path's
-            with torch.enable_grad():
-                args = [x.detach().requires_grad_() for x in (h, s, w)]
-                out = _aqt_eager(*args, visible, ctx.block_elements)
-                return (*torch.autograd.grad(out, args, grad), None, None)
-        g_pre = g_t * (1 - pair * pair)  # through L_(j,k) = tanh(h_j + h_k)
-        return g_pre.sum(2) + g_pre.sum(1), g_s, g_w, None, None
+        g_s = _in_steps(_aqt_grad_s, False, e, v, visible, off, w, grad)
+        g_t = _in_steps(_aqt_grad_t, True, e, v, visible, off, w, grad)
+        g_w = _in_steps(_aqt_grad_w, True, e, v, visible, off, grad)
+        return g_t, None, g_s, g_w, None
+
+
+def aqt_pairs(h: Tensor) -> tuple[Tensor, Tensor]:
+    """(L, exp(2 L)) for h (B,N,D): L = tanh(h_j + h_k) (B,N,N,D) [j,k], with its gradient
+    to h; exp(2 L) without.  What :func:`aqt_offdiagonal` needs of the source, once."""
+    pair = torch.tanh(h.unsqueeze(2) + h.unsqueeze(1))
+    return pair, torch.exp(2 * pair.detach())
+
+
+def aqt_compiled(batch: int, n: int, d: int, dtype: torch.dtype) -> bool:
+    """Whether :func:`aqt_offdiagonal` takes the compiled path for these sizes."""
+    return (_aqt_forward.active() and dtype in EXP_RANGE
+            and batch * n * n * d <= AQT_COMPILED_ELEMENTS)
 
 
 def aqt_offdiagonal(h: Tensor, s: Tensor, w_s: Tensor, visible: Tensor | None = None, *,
-                    block_elements: int = BLOCK_ELEMENTS) -> Tensor:
+                    block_elements: int = BLOCK_ELEMENTS,
+                    pairs: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """sum_{j != k, visible_ij} w_s . tanh(tanh(h_j + h_k) + s_i) (Eq. 11) for h (..., N, D),
     s (..., T, D), w_s (D,) or (*trailing batch dims, D) (e.g. (H, D)) -> (..., T, N).
 
     ``visible`` (boolean, broadcastable to (..., T, N)) says which rows j each query
-    averages over (padding, causality).  Compiled (:class:`_CompiledAQT`) when the compiler
-    works and batch x N^2 x D is at most ``AQT_COMPILED_ELEMENTS``; else eagerly in blocks
-    of (query, row j) pairs holding at most ``max(block_elements, batch * N * D)`` elements
-    of tanh(L + s_i) at once, in the forward and the backward pass."""
+    averages over (padding, causality).  Compiled (:class:`_CompiledAQT`) when
+    :func:`aqt_compiled` says so, with ``pairs`` = :func:`aqt_pairs` of h (flattened to
+    (batch, N, D)) when the caller made them once per source; else eagerly in blocks of
+    (query, row j) pairs holding at most ``max(block_elements, batch * N * D)`` elements of
+    tanh(L + s_i) at once, in the forward and the backward pass."""
     (n, d), t = h.shape[-2:], s.shape[-2]
     batch = torch.broadcast_shapes(h.shape[:-2], s.shape[:-2], w_s.shape[:-1])
     visible = h.new_ones(t, n) if visible is None else check_mask(visible, "visible").to(h.dtype)
     visible = visible.expand(torch.broadcast_shapes(visible.shape, (t, n)))  # (..., T, N)
-    if (_aqt_forward.active() and h.dtype in EXP_RANGE
-            and math.prod(batch) * n * n * d <= AQT_COMPILED_ELEMENTS):
-        flat = [x.expand(*batch, *x.shape[-k:]).reshape(-1, *x.shape[-k:])
-                for x, k in ((h, 2), (s, 2), (w_s, 1), (visible, 2))]
-        return _CompiledAQT.apply(*flat, block_elements).reshape(*batch, t, n)
+    if pairs is not None or aqt_compiled(math.prod(batch), n, d, h.dtype):
+        h, s, w_s, visible = (x.expand(*batch, *x.shape[-k:]).reshape(-1, *x.shape[-k:])
+                              for x, k in ((h, 2), (s, 2), (w_s, 1), (visible, 2)))
+        pair, e = aqt_pairs(h) if pairs is None else pairs
+        return _CompiledAQT.apply(pair, e, s, w_s, visible).reshape(*batch, t, n)
     return _aqt_eager(h, s, w_s, visible, block_elements)
 
 
@@ -409,6 +435,8 @@ class DensityDecoder(DecoderCore):
         memory = {"h": h, "mask": check_mask(mask), "keys": self.score.keys(h)}
         if self.scheme == "mqt":  # P_k, once per source
             memory["pairs"] = pair_encoding_sum(h, mask, block_elements=self.block_elements)
+        elif aqt_compiled(h.shape[0], h.shape[1], h.shape[2], h.dtype):  # L, exp(2L), once
+            memory["pairs"] = aqt_pairs(h)
         return memory
 
     def forward(self, s, memory):
@@ -419,7 +447,8 @@ class DensityDecoder(DecoderCore):
         if self.scheme == "mqt":
             off = mqt_offdiagonal(s, memory["pairs"], self.w_s)
         else:
-            off = aqt_offdiagonal(h, s, self.w_s, rows, block_elements=self.block_elements)
+            off = aqt_offdiagonal(h, s, self.w_s, rows, block_elements=self.block_elements,
+                                  pairs=memory.get("pairs"))
         omega = density_weights(diagonal, off, rows)  # (B,T,N)
         return omega @ h, omega
 

@@ -228,7 +228,8 @@ def test_decoder_matches_naive(data, scheme, query_dim):
     s = torch.randn(2, 3, query_dim, generator=g, dtype=DT)
     core = density(scheme, block_elements=30).decoder(query_dim=query_dim, memory_dim=4).double()
     memory = core.precompute(h, mask)
-    assert ("pairs" in memory) == (scheme == "mqt")  # P_k once per source, MQT only
+    # once per source: P_k (MQT); L and exp(2L) (AQT, for its compiled kernels)
+    assert ("pairs" in memory) == (scheme == "mqt" or compiled.COMPILE)
     context, omega = core(s, memory)
     scores = core.score(s, core.score.keys(h))  # Eq. 5 (tested in test_additive.py)
     s_d = core.query_proj(s)
