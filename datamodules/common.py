@@ -229,6 +229,27 @@ def seq2seq_batch(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[i
             "tgt_mask": tgt_mask[:, 1:], "index": index}
 
 
+def data_seed(seed: int | None) -> int:
+    """The data-order seed of a DataModule: ``seed`` when given, else the run's seed
+    (``seed_everything``'s, which Lightning keeps in ``PL_GLOBAL_SEED``), else 0.  So one
+    seed drives initialisation, dropout and the batch order unless a data seed is set on its
+    own (``--data.seed N``); DataModules record the seed they use in their hyper-parameters
+    (``seed``, logged with the run)."""
+    if seed is not None:
+        return int(seed)
+    return int(os.environ.get("PL_GLOBAL_SEED", "0"))
+
+
+def record_data_seed(module, seed: int) -> None:
+    """Put the data seed in use into a DataModule's hyper-parameters, those the loggers get
+    included (``hparams_initial``): under LightningCLI ``save_hyperparameters`` stores the
+    parsed arguments (``seed: null``), not the resolved seed."""
+    module.hparams["seed"] = seed
+    initial = getattr(module, "_hparams_initial", None)
+    if initial is not None:
+        initial["seed"] = seed
+
+
 class BucketBatchSampler(Sampler[list[int]]):
     """Batches of indices of similar length (less padding), in a shuffled order per epoch.
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from datamodules.common import DataFormatError, require_file
+from datamodules.common import DataFormatError, record_data_seed, require_file
 from datamodules.text import Example, TextClassificationDataModule, Tokenization, spacy_tokenize
 
 LABELS = ("negative", "positive")
@@ -113,12 +113,14 @@ class IMDbDataModule(TextClassificationDataModule):
                  tokenization: Tokenization = "bpe", bpe_vocab_size: int = 8192,
                  min_freq: int = 1, max_vocab_size: int | None = None, lowercase: bool = False,
                  batch_size: int = 32, max_len: int | None = 512,
-                 max_train_examples: int | None = None, num_workers: int = 0, seed: int = 0):
+                 max_train_examples: int | None = None, num_workers: int = 0,
+                 seed: int | None = None):
         if not 0 <= val_fraction < 1:
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         super().__init__(data_dir, tokenization, bpe_vocab_size, min_freq, max_vocab_size,
                          lowercase, batch_size, max_len, max_train_examples, num_workers, seed)
         self.save_hyperparameters()
+        record_data_seed(self, self.seed)
         self.val_fraction, self.val_seed = val_fraction, val_seed
         self.ratings: dict[str, list[int]] = {}  # per split, aligned with the examples
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from datamodules.common import pad, read_lines
+from datamodules.common import pad, read_lines, record_data_seed
 from datamodules.text import Example, Reiterable, TextDataModule, Tokenization, split_tokens
 
 TRAIN_DIR = "training-monolingual.tokenized.shuffled"
@@ -85,12 +85,14 @@ class LM1BDataModule(TextDataModule):
                  tokenization: Tokenization = "word", bpe_vocab_size: int = 32768,
                  min_freq: int = 3, max_vocab_size: int | None = None, lowercase: bool = False,
                  batch_size: int = 32, max_len: int | None = 256,
-                 max_train_examples: int | None = None, num_workers: int = 0, seed: int = 0):
+                 max_train_examples: int | None = None, num_workers: int = 0,
+                 seed: int | None = None):
         if max_train_shards is not None and max_train_shards not in TRAIN_SHARDS:
             raise ValueError(f"max_train_shards must be 1-99 or None, got {max_train_shards}")
         super().__init__(data_dir, tokenization, bpe_vocab_size, min_freq, max_vocab_size,
                          lowercase, batch_size, max_len, max_train_examples, num_workers, seed)
         self.save_hyperparameters()
+        record_data_seed(self, self.seed)
         self.shards = {"train": list(TRAIN_SHARDS[: max_train_shards or len(TRAIN_SHARDS)]),
                        "val": list(val_shards), "test": list(test_shards)}
         for split in ("val", "test"):

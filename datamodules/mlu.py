@@ -33,6 +33,8 @@ from datamodules.common import (
     DataFormatError,
     Vocab,
     bucketed_loader,
+    data_seed,
+    record_data_seed,
     seq2seq_batch,
 )
 
@@ -149,17 +151,21 @@ class MLUDataModule(L.LightningDataModule):
 
     Args:
         train_size, val_size, test_size: problems generated per split.
-        seed: generator seed (the splits stay disjoint for every seed).
+        generator_seed: generator seed (the splits stay disjoint for every seed); fixed, so every
+            training seed sees the same problems.
+        seed: the batch-order seed (None: the run's seed, datamodules.common.data_seed).
         train_file, val_file, test_file: read published ``problem:answer`` files instead of
             generating that split.
     """
 
     def __init__(self, train_size: int = 100_000, val_size: int = 2_000, test_size: int = 10_000,
-                 seed: int = 0, batch_size: int = 64, eval_batch_size: int = 512,
+                 generator_seed: int = 0, seed: int | None = None, batch_size: int = 64,
+                 eval_batch_size: int = 512,
                  train_file: str | None = None, val_file: str | None = None,
                  test_file: str | None = None, num_workers: int = 0):
         super().__init__()
         self.save_hyperparameters()
+        record_data_seed(self, data_seed(seed))
         self.vocab = char_vocab()
         self.datasets: dict[str, MLUDataset] = {}
 
@@ -186,7 +192,8 @@ class MLUDataModule(L.LightningDataModule):
         hp = self.hparams
         files = {"train": hp.train_file, "val": hp.val_file, "test": hp.test_file}
         sizes = {"train": hp.train_size, "val": hp.val_size, "test": hp.test_size}
-        generated = generate({s: n for s, n in sizes.items() if not files[s]}, seed=hp.seed)
+        generated = generate({s: n for s, n in sizes.items() if not files[s]},
+                             seed=hp.generator_seed)
         for split in SPLITS:
             problems = read_problems(files[split]) if files[split] else generated[split]
             self.datasets[split] = MLUDataset(problems, self.vocab)

@@ -54,11 +54,13 @@ from datamodules.common import (
     Vocab,
     bucketed_loader,
     cache_dir,
+    data_seed,
     extract_archive,
     fetch,
     json_records,
     pad,
     read_lines,
+    record_data_seed,
     require_file,
     settings_key,
     shared_data_dir,
@@ -406,7 +408,8 @@ class NLIDataModule(L.LightningDataModule):
         max_train_examples: read only this many training pairs (a prefix; smoke runs).
         min_freq: training-split frequency a word needs to enter the vocabulary.
         num_workers: DataLoader worker processes.
-        seed: shuffling seed of the training batches (and of the random OOV vectors).
+        seed: shuffling seed of the training batches (and of the random OOV vectors);
+            None: the run's seed (``seed_everything``; datamodules.common.data_seed).
         vectors: path of a GloVe-format text file for ``embeddings``.
         vectors_dim: dimension of those vectors.
         download: let ``prepare_data`` download the official archive when files are
@@ -425,10 +428,12 @@ class NLIDataModule(L.LightningDataModule):
     def __init__(self, data_dir: str | None = None, batch_size: int = 32,
                  tokenizer: Tokenizer = "parse", lowercase: bool = False,
                  max_train_examples: int | None = None, min_freq: int = 1,
-                 num_workers: int = 0, seed: int = 0, vectors: str | None = None,
+                 num_workers: int = 0, seed: int | None = None, vectors: str | None = None,
                  vectors_dim: int = 300, download: bool = True):
         super().__init__()
+        seed = data_seed(seed)  # None: the run's seed
         self.save_hyperparameters()  # with the subclass's arguments, for the loggers
+        record_data_seed(self, seed)
         if tokenizer not in ("parse", "spacy"):
             raise ValueError(f"tokenizer must be 'parse' or 'spacy', got {tokenizer!r}")
         if max_train_examples is not None and max_train_examples < 1:

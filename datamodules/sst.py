@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from datamodules.common import DataFormatError, read_lines
+from datamodules.common import DataFormatError, read_lines, record_data_seed
 from datamodules.text import Example, TextClassificationDataModule, Tokenization, split_tokens
 
 FINE_LABELS = ("very negative", "negative", "neutral", "positive", "very positive")
@@ -168,7 +168,8 @@ class SSTDataModule(TextClassificationDataModule):
                  bpe_vocab_size: int = 8192, min_freq: int = 1,
                  max_vocab_size: int | None = None, lowercase: bool = False,
                  batch_size: int = 32, max_len: int | None = 512,
-                 max_train_examples: int | None = None, num_workers: int = 0, seed: int = 0):
+                 max_train_examples: int | None = None, num_workers: int = 0,
+                 seed: int | None = None):
         if format not in ("ptb", "glue"):
             raise ValueError(f"format must be 'ptb' or 'glue', got {format!r}")
         if granularity not in ("binary", "fine"):
@@ -186,6 +187,7 @@ class SSTDataModule(TextClassificationDataModule):
         super().__init__(data_dir, tokenization, bpe_vocab_size, min_freq, max_vocab_size,
                          lowercase, batch_size, max_len, max_train_examples, num_workers, seed)
         self.save_hyperparameters()
+        record_data_seed(self, self.seed)
         self.files = {"train": train_file, "val": val_file, "test": test_file}
         self.stats["dropped_neutral"] = {}
         self.labels = FINE_LABELS if granularity == "fine" else BINARY_LABELS

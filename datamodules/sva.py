@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datamodules.common import DataFormatError, read_lines
+from datamodules.common import DataFormatError, read_lines, record_data_seed
 from datamodules.text import Example, TextClassificationDataModule, Tokenization, split_tokens
 
 LABELS = ("singular", "plural")
@@ -60,10 +60,12 @@ class SVADataModule(TextClassificationDataModule):
                  tokenization: Tokenization = "word", bpe_vocab_size: int = 8192,
                  min_freq: int = 1, max_vocab_size: int | None = None, lowercase: bool = False,
                  batch_size: int = 32, max_len: int | None = 512,
-                 max_train_examples: int | None = None, num_workers: int = 0, seed: int = 0):
+                 max_train_examples: int | None = None, num_workers: int = 0,
+                 seed: int | None = None):
         super().__init__(data_dir, tokenization, bpe_vocab_size, min_freq, max_vocab_size,
                          lowercase, batch_size, max_len, max_train_examples, num_workers, seed)
         self.save_hyperparameters()
+        record_data_seed(self, self.seed)
         self.files = {"train": train_file, "val": val_file, "test": test_file}
 
     def split_files(self, split: str) -> list[Path]:

@@ -41,6 +41,7 @@ from datamodules.common import (
     Vocab,
     bucketed_loader,
     cache_dir,
+    data_seed,
     extract_archive,
     fetch,
     pad,
@@ -398,7 +399,8 @@ class TextDataModule(L.LightningDataModule):
                  bpe_vocab_size: int = 8192, min_freq: int = 1,
                  max_vocab_size: int | None = None, lowercase: bool = False,
                  batch_size: int = 32, max_len: int | None = 512,
-                 max_train_examples: int | None = None, num_workers: int = 0, seed: int = 0):
+                 max_train_examples: int | None = None, num_workers: int = 0,
+                 seed: int | None = None):
         super().__init__()
         if tokenization not in ("word", "bpe"):
             raise ValueError(f"tokenization must be 'word' or 'bpe', got {tokenization!r}")
@@ -411,7 +413,8 @@ class TextDataModule(L.LightningDataModule):
         self.tokenization, self.bpe_vocab_size = tokenization, bpe_vocab_size
         self.min_freq, self.max_vocab_size, self.lowercase = min_freq, max_vocab_size, lowercase
         self.batch_size, self.max_len = batch_size, max_len
-        self.max_train_examples, self.num_workers, self.seed = max_train_examples, num_workers, seed
+        self.max_train_examples, self.num_workers = max_train_examples, num_workers
+        self.seed = data_seed(seed)  # None: the run's seed
         self.datasets: dict[str, PackedSequences] = {}
         self.stats: dict[str, dict[str, int]] = {"examples": {}, "truncated": {}}
         self._tokenizer: TextTokenizer | None = None

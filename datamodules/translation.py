@@ -57,8 +57,10 @@ from datamodules.common import (
     Vocab,
     bucketed_loader,
     cache_dir,
+    data_seed,
     json_records,
     read_lines,
+    record_data_seed,
     require_file,
     seq2seq_batch,
     settings_key,
@@ -334,7 +336,8 @@ class TranslationDataModule(L.LightningDataModule):
         max_ratio: drop training pairs whose longer side has more than ``max_ratio`` times
             the ids of the shorter (None: no such filter).
         train_size: read only the first N training pairs (before filtering; small runs).
-        num_workers: DataLoader worker processes.  seed: shuffling seed.
+        num_workers: DataLoader worker processes.  seed: shuffling seed (None: the run's
+            seed, datamodules.common.data_seed).
 
     With several processes (DDP) set the trainer's ``use_distributed_sampler=False``: the
     bucketing batch sampler takes each rank's share itself.
@@ -349,9 +352,11 @@ class TranslationDataModule(L.LightningDataModule):
                  batch_size: int = 64, eval_batch_size: int | None = None,
                  max_len: int | None = None, max_ratio: float | None = None,
                  truncate_long: bool = False, train_size: int | None = None,
-                 num_workers: int = 0, seed: int = 0):
+                 num_workers: int = 0, seed: int | None = None):
         super().__init__()
+        seed = data_seed(seed)  # None: the run's seed
         self.save_hyperparameters()  # with the subclass's arguments, for the loggers
+        record_data_seed(self, seed)
         if (source, target) not in self.directions:
             raise ValueError(f"{type(self).__name__}: source={source!r}, target={target!r} is "
                              f"not one of the directions {self.directions}")

@@ -1,0 +1,54 @@
+"""Seeds mean seeds (issue 15): one seed (``seed_everything``) drives initialisation, dropout
+and the batch order unless a data seed is set on its own, and the run records the data seed
+it used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import yaml
+
+from datamodules.common import data_seed
+from datamodules.mlu import MLUDataModule
+from tests.conftest import run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_data_seed_follows_the_run_seed_unless_given(monkeypatch):
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    assert data_seed(None) == 0 and data_seed(4) == 4
+    L.seed_everything(5, verbose=False)
+    assert data_seed(None) == 5 and data_seed(4) == 4
+
+
+def first_batches(run_seed: int, **kwargs) -> tuple[list[list[int]], MLUDataModule]:
+    L.seed_everything(run_seed, verbose=False)
+    dm = MLUDataModule(train_size=64, val_size=8, test_size=8, batch_size=8, **kwargs)
+    dm.setup()
+    return [b["index"].tolist() for b in dm.train_dataloader()], dm
+
+
+def test_the_batch_order_changes_with_the_run_seed_and_the_data_stays(monkeypatch):
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    one, dm1 = first_batches(1)
+    two, dm2 = first_batches(2)
+    assert one != two  # another run seed, another batch order
+    assert (dm1.hparams.seed, dm2.hparams.seed) == (1, 2)  # recorded with the run
+    assert dm1.datasets["train"].problems == dm2.datasets["train"].problems  # generator fixed
+    fixed1, dm = first_batches(1, seed=7)
+    fixed2, _ = first_batches(2, seed=7)
+    assert fixed1 == fixed2 and dm.hparams.seed == 7  # an explicit data seed holds
+    assert first_batches(1)[0] == one  # and the same seed gives the same order
+
+
+@pytest.mark.slow
+def test_a_run_logs_the_data_seed_of_its_run_seed(env, tmp_path):
+    script = ROOT / "experiments" / "coda_mlu.py"
+    config = ROOT / "experiments" / "configs" / "coda_mlu" / "smoke.yaml"
+    run(script, ["fit", "--config", str(config), "--seed_everything", "3",
+                 "--run.name", "seed3", "--trainer.max_steps", "2"], env)
+    hparams = yaml.safe_load(next((tmp_path / "runs").rglob("seed3/hparams.yaml")).read_text())
+    assert hparams["seed"] == 3 and hparams["generator_seed"] == 0
