@@ -34,7 +34,9 @@ from datamodules.common import (
     Vocab,
     bucketed_loader,
     data_seed,
+    read_lines,
     record_data_seed,
+    require_file,
     seq2seq_batch,
 )
 
@@ -104,24 +106,30 @@ def generate(sizes: dict[str, int], seed: int = 0) -> dict[str, list[Problem]]:
 
 
 def read_problems(path: str | Path) -> list[Problem]:
-    """The published ``problem:answer`` format, one per line; every answer is checked."""
+    """The published ``problem:answer`` format, one per line; every answer is checked, and
+    so is the documented range of the two values ([-1000, 1000))."""
     problems = []
     expected = "'<x|y>=<int>,<y|x>=<int>,<x|y><+|-|*><x|y>:<int>'"
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            problem, sep, answer = line.rpartition(":")
-            if not sep or not ANSWER.match(answer):
-                raise DataFormatError(path, number, expected, line)
-            try:
-                value = evaluate(problem)
-            except ValueError:
-                raise DataFormatError(path, number, expected, line) from None
-            if value != int(answer):
-                raise DataFormatError(path, number, f"answer {value} for {problem!r}", answer)
-            problems.append(Problem(problem, answer))
+    path = require_file(path, "MLU problem file")
+    if path.is_dir():
+        raise DataFormatError(path, None, "a problem file, not a directory")
+    for number, line in read_lines(path):
+        if not line.strip():
+            continue
+        problem, sep, answer = line.rpartition(":")
+        if not sep or not ANSWER.match(answer):
+            raise DataFormatError(path, number, expected, line)
+        try:
+            value = evaluate(problem)
+        except ValueError:
+            raise DataFormatError(path, number, expected, line) from None
+        m = PROBLEM.match(problem)
+        for v in (int(m.group(2)), int(m.group(4))):
+            if not LOW <= v < HIGH:
+                raise DataFormatError(path, number, f"values in [{LOW}, {HIGH})", str(v))
+        if value != int(answer):
+            raise DataFormatError(path, number, f"answer {value} for {problem!r}", answer)
+        problems.append(Problem(problem, answer))
     if not problems:
         raise DataFormatError(path, None, "at least one problem line")
     return problems

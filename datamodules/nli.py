@@ -509,9 +509,10 @@ class NLIDataModule(L.LightningDataModule):
             interned[split] = _interned_pairs(examples, table, str(path))
             if not len(interned[split]):
                 raise DataFormatError(path, None, f"at least one labelled pair ({stats})")
-            log.info("%s %s (%s): %d pairs; dropped %d without gold label, %d empty",
-                     self.name, split, path, stats.examples, stats.dropped_no_gold,
-                     stats.dropped_empty)
+            dropped = stats.dropped_no_gold + stats.dropped_empty
+            (log.warning if dropped else log.info)(
+                "%s %s (%s): %d pairs; dropped %d without gold label, %d empty", self.name,
+                split, path, stats.examples, stats.dropped_no_gold, stats.dropped_empty)
         itos = list(table)
         self._vocab = self._load_or_build_vocab(  # premise, hypothesis, ... in file order
             [itos[i] for i in ids.tolist()] for ids, _ in interned["train"].sequences)

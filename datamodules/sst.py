@@ -109,7 +109,10 @@ def parse_sst_tree(text: str, path: str | Path = "<string>", line: int | None = 
 
 def read_sst_ptb(path: str | Path) -> list[SSTTree]:
     """Every tree of a trees/*.txt file (one per line; blank lines are errors)."""
-    return [parse_sst_tree(text, path, number) for number, text in read_lines(path)]
+    trees = [parse_sst_tree(text, path, number) for number, text in read_lines(path)]
+    if not trees:
+        raise DataFormatError(path, None, "at least one tree (one per line)")
+    return trees
 
 
 def sst_examples(trees: list[SSTTree], granularity: Literal["binary", "fine"] = "binary",
@@ -147,6 +150,8 @@ def read_glue_sst2(path: str | Path) -> list[Example]:
         if not words:
             raise DataFormatError(path, number, "a non-empty sentence", text)
         examples.append((words, int(label)))
+    if not examples:
+        raise DataFormatError(path, None, "the header 'sentence\\tlabel' and at least one row")
     return examples
 
 

@@ -68,12 +68,25 @@ def test_reader_on_the_published_example_lines(shared):
     ("x=1,x=2,x+x:3", "<int>"),
     ("x=1,y=2,x/y:0", "<int>"),
     ("x=1,y=2,x+y:4", "answer 3"),
+    ("x=5000,y=2,x+y:5002", "values in [-1000, 1000), got '5000'"),
 ])
 def test_reader_errors_name_file_and_line(tmp_path, line, expected):
     path = tmp_path / "bad.txt"
     path.write_text("x=1,y=2,x+y:3\n" + line + "\n")
     with pytest.raises(DataFormatError, match=rf"bad.txt:2: expected .*{re.escape(expected)}"):
         read_problems(path)
+
+
+def test_reader_errors_for_bytes_missing_files_and_folders(tmp_path):
+    """Not UTF-8, absent, a folder: one DataFormatError / FileNotFoundError naming the path."""
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(b"x=1,y=2,x+y:3\nx=1,y=2,x+y:3 \xe9\n")
+    with pytest.raises(DataFormatError, match=r"latin1.txt:2: expected UTF-8 text"):
+        read_problems(path)
+    with pytest.raises(FileNotFoundError, match=r"MLU problem file not found at .*absent.txt"):
+        read_problems(tmp_path / "absent.txt")
+    with pytest.raises(DataFormatError, match=r"expected a problem file, not a directory"):
+        read_problems(tmp_path)
 
 
 def test_datamodule_batches(tmp_path):

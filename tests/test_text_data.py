@@ -135,6 +135,16 @@ def test_glue_bad_row_names_file_and_line(tmp_path, row, expected):
     assert_names(err, path, 3)
 
 
+def test_empty_sst_files_name_the_file(tmp_path):
+    for reader, name, expected in [(read_glue_sst2, "train.tsv", "at least one row"),
+                                   (read_sst_ptb, "train.txt", "at least one tree")]:
+        path = tmp_path / name
+        path.write_text("")
+        with pytest.raises(DataFormatError, match=rf"{re.escape(str(path))}: expected .*"
+                                                  rf"{expected}"):
+            reader(path)
+
+
 # ---------------------------------------------------------------------------------------
 # Linzen subject-verb agreement
 
