@@ -172,6 +172,14 @@ class MLUDataModule(L.LightningDataModule):
                  train_file: str | None = None, val_file: str | None = None,
                  test_file: str | None = None, num_workers: int = 0):
         super().__init__()
+        for split, size, file in (("train", train_size, train_file), ("val", val_size, val_file),
+                                  ("test", test_size, test_file)):
+            if file is None and size < 1:
+                raise ValueError(f"MLUDataModule: {split}_size must be at least 1 (or give "
+                                 f"{split}_file), got {size}")
+        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+            if value < 1:
+                raise ValueError(f"MLUDataModule: {name} must be at least 1, got {value}")
         self.save_hyperparameters()
         record_data_seed(self, data_seed(seed))
         self.vocab = char_vocab()

@@ -89,6 +89,16 @@ def test_reader_errors_for_bytes_missing_files_and_folders(tmp_path):
         read_problems(tmp_path)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"train_size": 0}, "train_size must be at least 1 (or give train_file), got 0"),
+    ({"test_size": -5}, "test_size must be at least 1 (or give test_file), got -5"),
+    ({"batch_size": 0}, "batch_size must be at least 1, got 0"),
+])
+def test_datamodule_rejects_empty_splits(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MLUDataModule(**kwargs)
+
+
 def test_datamodule_batches(tmp_path):
     dm = MLUDataModule(train_size=64, val_size=16, test_size=16, batch_size=8)
     dm.setup()
