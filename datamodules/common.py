@@ -11,9 +11,6 @@ import json
 import math
 import os
 import random
-import tarfile
-import urllib.request
-import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -23,14 +20,11 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# where data lives and how it is downloaded: datamodules/fetch.py (torch-free), re-exported
+from datamodules.fetch import PROJECT_ROOT, download_file, shared_data_dir  # noqa: F401
+from datamodules.fetch import extract_archive as _extract_archive
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
-
-
-def shared_data_dir() -> Path:
-    """The real published data beside the project (``../shared/data``), or $ATTNREPRO_DATA."""
-    return Path(os.environ.get("ATTNREPRO_DATA", PROJECT_ROOT.parent / "shared" / "data"))
 
 
 def cache_dir() -> Path:
@@ -84,58 +78,17 @@ def json_records(path: str | os.PathLike, what: str) -> Iterator[tuple[int, str,
 
 
 def fetch(url: str, dest: str | os.PathLike, sha256: str | None = None,
-          size: int | None = None, timeout: float = 30.0) -> Path:
-    """Download ``url`` to ``dest`` unless it is already there (checked by size/sha256).
-    Without network, fail with a message naming the URL and the expected local path."""
-    dest = Path(dest)
-    if dest.exists() and _matches(dest, sha256, size):
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(dest.suffix + ".part")
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
-            while chunk := r.read(1 << 20):
-                f.write(chunk)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise FileNotFoundError(
-            f"could not download {url} ({err}); put the file at {dest} by hand "
-            f"(this machine may have no network)") from err
-    if not _matches(tmp, sha256, size):
-        tmp.unlink()
-        raise ValueError(f"{url}: downloaded file does not match the expected "
-                         f"size {size} / sha256 {sha256}")
-    tmp.rename(dest)
-    return dest
+          size: int | None = None, timeout: float = 30.0, **kwargs) -> Path:
+    """Download ``url`` to ``dest`` unless it is already there (checked by size/sha256):
+    :func:`datamodules.fetch.download_file` (resumed, locked, checked; offline, one error
+    naming the URL and the local path).  ``kwargs``: its ``dataset`` and ``progress``."""
+    return download_file(url, dest, sha256, size, timeout=timeout, **kwargs)
 
 
 def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:
-    """Unpack a .zip or .tar(.gz/.bz2/.xz) archive into ``dest``; a member whose path would
-    leave ``dest`` is an error."""
-    archive, dest = Path(archive), Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as z:
-            for member in z.namelist():
-                if not (dest / member).resolve().is_relative_to(dest.resolve()):
-                    raise ValueError(f"{archive}: member {member!r} would leave {dest}")
-            z.extractall(dest)
-    else:
-        with tarfile.open(archive) as t:
-            t.extractall(dest, filter="data")  # "data": no absolute paths, links out, devices
-    return dest
-
-
-def _matches(path: Path, sha256: str | None, size: int | None) -> bool:
-    if size is not None and path.stat().st_size != size:
-        return False
-    if sha256 is not None:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        return h.hexdigest() == sha256
-    return True
+    """Unpack a .zip, .tar(.gz/.bz2/.xz) or .gz archive into ``dest``; a member whose path
+    would leave ``dest`` is an error (:func:`datamodules.fetch.extract_archive`)."""
+    return _extract_archive(archive, dest)
 
 
 class Vocab:
@@ -255,8 +208,13 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     Indices are sorted by length inside pools of ``pool`` batches, cut into batches and the
     batches shuffled; with ``shuffle=False`` batches follow the length order (deterministic
-    evaluation).  With several processes each takes every ``num_replicas``-th batch (batch
-    count padded to a multiple so every rank runs the same number of steps).
+    evaluation).  With several processes each takes every ``num_replicas``-th batch.  In
+    training (``shuffle``) the batch count is padded to a multiple of ``num_replicas`` by
+    repeating batches, so every rank runs the same number of steps (DDP synchronises their
+    gradients); in evaluation nothing is repeated, so metrics gathered from the ranks count
+    every example exactly once (ranks may then run one batch more than others; with fewer
+    batches than ranks the batches are cut smaller so that every rank has one, and only with
+    fewer examples than ranks are some repeated).
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool = True,
@@ -287,8 +245,14 @@ class BucketBatchSampler(Sampler[list[int]]):
         if self.shuffle:
             rng.shuffle(batches)
         if self.num_replicas > 1:
-            total = math.ceil(len(batches) / self.num_replicas) * self.num_replicas
-            batches += batches[: total - len(batches)]
+            if not self.shuffle and len(batches) < self.num_replicas <= len(order):
+                # fewer batches than processes: smaller ones, so that no process has none
+                order = [i for b in batches for i in b]
+                size = math.ceil(len(order) / self.num_replicas)
+                batches = [order[i:i + size] for i in range(0, len(order), size)]
+            if self.shuffle or len(batches) < self.num_replicas:  # (fewer examples than ranks)
+                total = math.ceil(len(batches) / self.num_replicas) * self.num_replicas
+                batches += batches[: total - len(batches)]
             batches = batches[self.rank::self.num_replicas]
         return batches
 

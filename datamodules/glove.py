@@ -41,12 +41,14 @@ from datamodules.common import (
     require_file,
     settings_key,
 )
+from datamodules.fetch import url_of
 
 log = logging.getLogger(__name__)
 
-GLOVE_840B_URL = "https://nlp.stanford.edu/data/glove.840B.300d.zip"
+GLOVE_840B_URL = url_of("glove")  # glove.840B.300d.zip (datamodules.fetch registry)
 HOW_TO_GET = (f"Download {GLOVE_840B_URL} (2 GB), unzip it and pass the path of "
-              "glove.840B.300d.txt with --data.vectors")
+              "glove.840B.300d.txt with --data.vectors (`python -m datamodules.fetch glove` "
+              "puts it in the data root's glove/ folder)")
 
 
 def read_glove(path: str | os.PathLike, dim: int = 300,

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from datamodules.common import DataFormatError, record_data_seed, require_file
+from datamodules.fetch import url_of
 from datamodules.text import Example, TextClassificationDataModule, Tokenization, spacy_tokenize
 
 LABELS = ("negative", "positive")
@@ -105,7 +106,7 @@ class IMDbDataModule(TextClassificationDataModule):
 
     name = "imdb"
     shared_subdir = "aclImdb"
-    archive_url = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
+    archive_url = url_of("imdb")  # aclImdb_v1.tar.gz (datamodules.fetch registry)
     archive_subdir = "aclImdb"
     labels = LABELS
 

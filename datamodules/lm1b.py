@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from datamodules.common import pad, read_lines, record_data_seed
+from datamodules.fetch import url_of
 from datamodules.text import Example, Reiterable, TextDataModule, Tokenization, split_tokens
 
 TRAIN_DIR = "training-monolingual.tokenized.shuffled"
@@ -75,8 +76,7 @@ class LM1BDataModule(TextDataModule):
 
     name = "lm1b"
     shared_subdir = "1-billion-word-language-modeling-benchmark-r13output"
-    archive_url = ("http://www.statmt.org/lm-benchmark/"
-                   "1-billion-word-language-modeling-benchmark-r13output.tar.gz")
+    archive_url = url_of("lm1b")  # the r13output tar.gz (datamodules.fetch registry)
     archive_subdir = "1-billion-word-language-modeling-benchmark-r13output"
     append_eos = True
 

@@ -55,8 +55,6 @@ from datamodules.common import (
     bucketed_loader,
     cache_dir,
     data_seed,
-    extract_archive,
-    fetch,
     json_records,
     pad,
     read_lines,
@@ -65,6 +63,8 @@ from datamodules.common import (
     settings_key,
     shared_data_dir,
 )
+from datamodules.fetch import Dataset as Release
+from datamodules.fetch import Download, dataset_of, ensure, url_of
 from datamodules.text import PackedPairs, PackedSequences, spacy_tokenize
 
 log = logging.getLogger(__name__)
@@ -400,8 +400,9 @@ class NLIDataModule(L.LightningDataModule):
 
     Args:
         data_dir: the folder holding the files, or the folder the official archive was
-            unpacked into (default: the dataset's folder of the shared data,
-            ``shared_data_dir() / shared_folder``, where it exists; else required).
+            unpacked into (default: the dataset's folder of the data root,
+            ``shared_data_dir() / shared_folder``, where it exists or, for a dataset with
+            an official archive, where ``prepare_data`` downloads it; else required).
         batch_size: pairs per batch (training and evaluation).
         tokenizer: "parse" (binary-parse leaves, where the format has parses) or "spacy".
         lowercase: lowercase every token.
@@ -413,7 +414,8 @@ class NLIDataModule(L.LightningDataModule):
         vectors: path of a GloVe-format text file for ``embeddings``.
         vectors_dim: dimension of those vectors.
         download: let ``prepare_data`` download the official archive when files are
-            missing (else it raises FileNotFoundError naming the URL and path).
+            missing, through datamodules.fetch (also the GloVe 840B file ``vectors`` names,
+            when it is missing); else it raises FileNotFoundError naming the URL and path.
     """
 
     label_names: ClassVar[tuple[str, ...]] = NLI_LABELS
@@ -440,7 +442,7 @@ class NLIDataModule(L.LightningDataModule):
             raise ValueError(f"max_train_examples must be positive, got {max_train_examples}")
         if data_dir is None:
             default = shared_data_dir() / self.shared_folder
-            if not (self.shared_folder and default.is_dir()):
+            if not (self.shared_folder and (default.is_dir() or (download and self.url))):
                 raise ValueError(f"{type(self).__name__} needs data_dir (--data.data_dir): the "
                                  f"folder with {self.name} files. {self._how_to_get()}")
             data_dir = str(default)
@@ -471,7 +473,9 @@ class NLIDataModule(L.LightningDataModule):
     # --- files
     def _how_to_get(self) -> str:
         if self.url:
-            return f"Download {self.url} and unzip it (or let prepare_data fetch it)."
+            fetch = (f"python -m datamodules.fetch {self.name} --data_dir DIR" if self.download
+                     else "--data.download true")
+            return f"Download {self.url} and unzip it into data_dir (or: {fetch})."
         return self.how_to_get
 
     def path(self, split: str) -> Path:
@@ -482,16 +486,32 @@ class NLIDataModule(L.LightningDataModule):
             else direct
 
     def prepare_data(self) -> None:
-        """Download and unpack the official archive when a split file is missing."""
-        missing = sorted({str(self.path(s)) for s in self.files if not self.path(s).exists()})
-        if not missing:
-            return
-        where = ", ".join(missing)
-        if not (self.download and self.url):
-            raise FileNotFoundError(f"{self.name} files not found: {where}. "
-                                    f"{self._how_to_get()}")
-        archive = fetch(self.url, self.data_dir / Path(self.url).name)
-        extract_archive(archive, self.data_dir)  # files land in data_dir / archive_folder
+        """Download and unpack the official archive when a split file is missing, and the
+        GloVe 840B vectors when ``vectors`` names a missing glove.840B.300d.txt
+        (datamodules.fetch: locked, resumed, checked; the archive is kept in ``data_dir``
+        and unpacked there, so the files land in ``data_dir / archive_folder``)."""
+        absent = [s for s in self.files if not self.path(s).exists()]
+        if absent:
+            if not (self.download and self.url):
+                where = ", ".join(sorted({str(self.path(s)) for s in absent}))
+                raise FileNotFoundError(f"{self.name} files not found: {where}. "
+                                        f"{self._how_to_get()}")
+            ensure(self._release(), self.data_dir,
+                   [self.data_dir / self.archive_folder / self.files[s] for s in absent],
+                   url=self.url)
+        if self.vectors is not None and not Path(self.vectors).exists():
+            ensure("glove", Path(self.vectors).parent, [Path(self.vectors)],
+                   download=self.download, strict=False)  # another file: vocab_vectors says
+
+    def _release(self) -> str | Release:
+        """The dataset's entry of the datamodules.fetch registry (a subclass with its own
+        ``url`` and no entry: one made on the spot from ``url`` and ``files``)."""
+        entry = dataset_of(self)
+        if entry is not None:
+            return entry.key
+        provides = tuple((Path(self.archive_folder) / f).as_posix() for f in self.files.values())
+        return Release(self.name, self.name, self.shared_folder or self.name,
+                       (Download(self.url, archive=True, provides=provides),))
 
     # --- reading, vocabulary, datasets
     def setup(self, stage: str | None = None) -> None:
@@ -621,7 +641,7 @@ class SNLIDataModule(SNLIFormatDataModule):
 
     name = "snli"
     shared_folder = "snli"
-    url = "https://nlp.stanford.edu/projects/snli/snli_1.0.zip"
+    url = url_of("snli")
     archive_folder = "snli_1.0"
     published = {"train": "snli_1.0_train.{format}", "val": "snli_1.0_dev.{format}",
                  "test": "snli_1.0_test.{format}"}
@@ -641,7 +661,7 @@ class MultiNLIDataModule(SNLIFormatDataModule):
 
     name = "multinli"
     shared_folder = "multinli_1.0"
-    url = "https://cims.nyu.edu/~sbowman/multinli/multinli_1.0.zip"
+    url = url_of("multinli")
     archive_folder = "multinli_1.0"
     val_splits = ("matched",)
     test_splits = ("matched", "mismatched")
@@ -665,7 +685,7 @@ class SciTailDataModule(NLIDataModule):
 
     name = "scitail"
     shared_folder = "SciTailV1.1"
-    url = "https://ai2-public-datasets.s3.amazonaws.com/scitail/SciTailV1.1.zip"
+    url = url_of("scitail")
     archive_folder = "SciTailV1.1"
     label_names = SCITAIL_LABELS
 

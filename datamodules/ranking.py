@@ -64,6 +64,7 @@ from typing import Any, Literal
 import torch
 
 from datamodules.common import DataFormatError, read_lines, require_file
+from datamodules.fetch import url_of
 from datamodules.nli import NLIDataModule, NLIExample, PairDataset, ReadStats
 from datamodules.text import spacy_tokenize
 
@@ -78,8 +79,7 @@ RANKING_LABELS = ("negative", "positive")  # label 1 = relevant candidate
 BINARY_LABELS = {"0": 0, "1": 1}
 UBUNTU_LABELS = {"0": 0, "1": 1, "0.0": 0, "1.0": 1}  # some releases write floats
 
-WIKIQA_URL = ("https://download.microsoft.com/download/E/5/F/"
-              "E5FCFCEE-7005-4814-853D-DAA7C66507E0/WikiQACorpus.zip")
+WIKIQA_URL = url_of("wikiqa")  # the official archive (datamodules.fetch registry)
 WIKIQA_FILTERED_FILES = ("a.toks", "b.toks", "sim.txt", "id.txt")
 WIKIQA_FILTERED_HOW = (
     "The filtered WikiQA (a folder per split with a.toks, b.toks, sim.txt, id.txt) has no "

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from datamodules.common import DataFormatError, read_lines, record_data_seed
+from datamodules.fetch import url_of
 from datamodules.text import Example, TextClassificationDataModule, Tokenization, split_tokens
 
 FINE_LABELS = ("very negative", "negative", "neutral", "positive", "very positive")
@@ -185,10 +186,10 @@ class SSTDataModule(TextClassificationDataModule):
         self.format, self.granularity, self.train_phrases = format, granularity, train_phrases
         if format == "ptb":
             self.shared_subdir, self.archive_subdir = "sst_ptb", "trees"
-            self.archive_url = "https://nlp.stanford.edu/sentiment/trainDevTestTrees_PTB.zip"
+            self.archive_url = url_of("sst")  # trainDevTestTrees_PTB.zip
         else:
             self.shared_subdir, self.archive_subdir = "sst2_glue", "SST-2"
-            self.archive_url = "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip"
+            self.archive_url = url_of("sst2")  # GLUE's SST-2.zip
         super().__init__(data_dir, tokenization, bpe_vocab_size, min_freq, max_vocab_size,
                          lowercase, batch_size, max_len, max_train_examples, num_workers, seed)
         self.save_hyperparameters()

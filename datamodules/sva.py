@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from datamodules.common import DataFormatError, read_lines, record_data_seed
+from datamodules.fetch import url_of
 from datamodules.text import Example, TextClassificationDataModule, Tokenization, split_tokens
 
 LABELS = ("singular", "plural")
@@ -51,7 +52,7 @@ class SVADataModule(TextClassificationDataModule):
 
     name = "sva"
     shared_subdir = "linzen_agreement"
-    archive_url = "http://tallinzen.net/media/rnn_agreement/rnn_agr_simple.tar.gz"
+    archive_url = url_of("sva")  # rnn_agr_simple.tar.gz (datamodules.fetch registry)
     archive_subdir = "rnn_agr_simple"
     labels = LABELS
 

@@ -42,12 +42,13 @@ from datamodules.common import (
     bucketed_loader,
     cache_dir,
     data_seed,
-    extract_archive,
     fetch,
     pad,
     settings_key,
     shared_data_dir,
 )
+from datamodules.fetch import Dataset as Release
+from datamodules.fetch import Download, dataset_of, ensure
 
 log = logging.getLogger(__name__)
 
@@ -382,11 +383,12 @@ class TextDataModule(L.LightningDataModule):
     file order, raising DataFormatError for malformed input) and :meth:`split_files`.
 
     ``data_dir`` None: ``shared_data_dir()/shared_subdir`` when it exists, else the folder the
-    official archive unpacks to under ``cache_dir()`` (``prepare_data`` downloads it, or says
-    where to put it when there is no network).  The tokenizer is built from the training
-    split (after ``lowercase`` and ``max_train_examples``) on first use of ``vocab_size`` /
-    ``pad_id`` / ``tokenizer`` or in ``setup``.  Sequences longer than ``max_len`` ids are cut
-    to ``max_len``; how many per split is in ``stats["truncated"]``.
+    official archive unpacks to under ``cache_dir()``.  ``prepare_data`` downloads the archive
+    into ``data_dir`` when configured files are missing (datamodules.fetch; ``download`` False:
+    never), or says where to put it when there is no network.  The tokenizer is built from
+    the training split (after ``lowercase`` and ``max_train_examples``) on first use of
+    ``vocab_size`` / ``pad_id`` / ``tokenizer`` or in ``setup``.  Sequences longer than
+    ``max_len`` ids are cut to ``max_len``; how many per split is in ``stats["truncated"]``.
     """
 
     name: ClassVar[str] = "text"
@@ -394,6 +396,7 @@ class TextDataModule(L.LightningDataModule):
     archive_url: str | None = None
     archive_subdir: str = ""
     append_eos: ClassVar[bool] = False  # language modelling: targets end with </s>
+    download: bool = True  # prepare_data may download missing files (set False to forbid)
 
     def __init__(self, data_dir: str | None = None, tokenization: Tokenization = "word",
                  bpe_vocab_size: int = 8192, min_freq: int = 1,
@@ -457,17 +460,27 @@ class TextDataModule(L.LightningDataModule):
         return cache_dir() / self.name / self.archive_subdir
 
     def prepare_data(self) -> None:
-        """Download and unpack the official archive when the configured files are missing and
-        the data folder is the default cache folder; without network the error names the URL
-        and the expected path."""
-        wanted = [s for s in SPLITS if self.split_files(s)]
-        if not self._missing(wanted) or self.archive_url is None:
+        """Download the official archive when configured files are missing and unpack its
+        data folder (``archive_subdir``) into ``data_dir``, the archive kept there
+        (datamodules.fetch: locked, resumed, checked; without network one error names the URL
+        and the path to put the archive at).  Files the release does not have (other names)
+        are left to ``setup``, which names them; a test split that cannot be downloaded is a
+        warning only (``setup`` reads it when it is there)."""
+        wanted = [p for s in SPLITS for p in self.split_files(s)]
+        if not self._missing(SPLITS):
             return
-        if self.data_dir != self._download_dir():
-            return  # a folder chosen by the user: setup() names what is missing there
-        file_name = self.archive_url.rsplit("/", 1)[1]
-        archive = fetch(self.archive_url, cache_dir() / "downloads" / file_name)
-        extract_archive(archive, cache_dir() / self.name)
+        test = self.split_files("test")
+        entry = dataset_of(self)
+        if entry is None and self.archive_url is None:
+            return
+        if entry is None:  # a subclass with its own archive: an entry made on the spot
+            provides = tuple(p.relative_to(self.data_dir).as_posix() for p in wanted
+                             if p.is_relative_to(self.data_dir))
+            entry = Release(self.name, self.name, self.shared_subdir or self.name, (Download(
+                self.archive_url, archive=True, strip=self.archive_subdir, provides=provides),))
+        ensure(entry, self.data_dir, [p for p in wanted if p not in test], optional=test,
+               url=self.archive_url, download=self.download, strict=False,
+               downloader=fetch)  # fetch: datamodules.common's, looked up when called
 
     # ---- examples and tokenizer
 

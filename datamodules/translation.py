@@ -66,6 +66,7 @@ from datamodules.common import (
     settings_key,
     shared_data_dir,
 )
+from datamodules.fetch import dataset_of, ensure
 from datamodules.text import (
     SPECIALS,
     PackedPairs,
@@ -347,6 +348,7 @@ class TranslationDataModule(L.LightningDataModule):
     bleu: ClassVar[str | None] = "tokenized"
     directions: ClassVar[tuple[tuple[str, str], ...]] = ()
     shared_folder: ClassVar[str] = ""
+    download: bool = True  # prepare_data may download missing release files (False: never)
 
     def __init__(self, data_dir: str | None = None, source: str = "", target: str = "",
                  batch_size: int = 64, eval_batch_size: int | None = None,
@@ -580,6 +582,20 @@ class TranslationDataModule(L.LightningDataModule):
 
     # ---- Lightning hooks
 
+    def prepare_data(self, extra: Sequence[Path] = ()) -> None:
+        """Download the missing files that a download of the dataset's release gives
+        (datamodules.fetch: locked, resumed, checked), into ``data_dir``; files that none
+        gives (WMT training text, other names) are left to ``setup``, which names them.  A
+        test file that cannot be downloaded is a warning only (``setup`` reads the test split
+        when it is there).  ``extra``: further files needed (vocabularies)."""
+        entry = dataset_of(self)
+        if entry is None:
+            return
+        needed = [path for split in ("train", "val") for path, _ in self.split_files(split)]
+        ensure(entry.key, self.data_dir, needed + list(extra),
+               optional=[path for path, _ in self.split_files("test")],
+               download=self.download, strict=False)
+
     def setup(self, stage: str | None = None) -> None:
         """fit: train and val; validate: val; test and predict: test; None: train, val and
         test when its files are present."""
@@ -700,6 +716,12 @@ class IWSLT15DataModule(TranslationDataModule):
 
     def split_files(self, split: str) -> list[tuple[Path, str]]:
         return [self._file(split, self.source), self._file(split, self.target)]
+
+    def prepare_data(self) -> None:
+        """The release's missing files (:meth:`TranslationDataModule.prepare_data`), the
+        vocabulary files too."""
+        super().prepare_data(extra=[self._file("vocab", lang)[0]
+                                    for lang in (self.source, self.target)])
 
     def read_split(self, split: str, limit: int | None) -> SplitText:
         (src_path, _), (tgt_path, _) = self.split_files(split)

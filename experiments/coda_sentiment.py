@@ -35,7 +35,7 @@ EXPERIMENT = Experiment(
         "table5": Grid(
             name="table5",
             title="CoDA Table 5: sentiment analysis, test accuracy (%)",
-            metrics={"Acc": "test/accuracy"},
+            metrics={"Acc": "test/acc"},
             cells=[Cell(f"{data}-{ROWS[attention]}",
                         dataset_config(data) + [f"--model.attention={attention}"],
                         {"Acc": number})

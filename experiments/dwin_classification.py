@@ -55,7 +55,7 @@ EXPERIMENT = Experiment(
         "table5": Grid(
             name="table5",
             title="Differentiable Window Table 5: classification, test accuracy (%)",
-            metrics={"Acc": "test/accuracy"},
+            metrics={"Acc": "test/acc"},
             cells=[Cell(f"{data}-{row}", dataset_config(data) + flags,
                         {"Acc": PAPER[row][i]})
                    for i, data in enumerate(DATASETS) for row, (_, flags) in ROWS.items()],

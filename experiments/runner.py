@@ -25,6 +25,17 @@ After ``fit``, ``--run.test_after_fit true`` tests the final weights, or with
 Runs live in ``runs/<experiment>/<group>/<name>/`` ($ATTNREPRO_RUNS moves ``runs/``): the
 CSV metrics, the resolved config, checkpoints and the offline W&B run.  A grid cell's group
 is ``<grid>-<config>`` and its name ``<cell>-seed<k>``.
+
+W&B (online with an API key, else offline): every run is in the group
+``<experiment>/<group>`` with ``experiment``, ``grid``, ``cell`` and ``seed`` on its config
+(grid and cell None outside a grid; the data seed a DataModule records is ``data_seed``), job
+type ``train`` (fit, and its test after fit) or ``eval`` (validate, test).  A run's summary
+keeps the best of each validation metric (``val/acc`` max, ``val/loss`` min, ...:
+:func:`metric_summary`) and the last of each test metric; a test that writes per-example
+predictions (``predictions-test*.jsonl``, ``hypotheses-test.jsonl``) logs them as the table
+``test/predictions[_<split>]``.  After its cells, ``grid`` logs one more run to the group,
+job type ``summary``: the paper's table (``paper_table``: per cell the paper's number, our
+mean, std and number of seeds, as ``report`` computes them).
 """
 
 from __future__ import annotations
@@ -32,7 +43,10 @@ from __future__ import annotations
 import argparse
 import csv
 import inspect
+import json
+import logging
 import math
+import numbers
 import os
 import re
 import shutil
@@ -43,9 +57,11 @@ import typing
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import yaml
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
@@ -501,6 +517,7 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
         import torch
 
         torch.set_num_threads(int(threads))
+    silence_lightning_tips()
 
     class ExperimentCLI(LightningCLI):
         @staticmethod
@@ -524,6 +541,12 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
                                 help="run group: runs/<experiment>/<group>/, the W&B group")
             parser.add_argument("--run.name", type=str | None, default=None,
                                 help="run name (default: a time stamp)")
+            parser.add_argument("--run.grid", type=str | None, default=None,
+                                help="the grid (paper table) of the run, set by grid/cell: "
+                                     "the W&B config's grid")
+            parser.add_argument("--run.cell", type=str | None, default=None,
+                                help="the grid's cell (table row) of the run, set by "
+                                     "grid/cell: the W&B config's cell")
             parser.add_argument("--run.test_after_fit", type=bool, default=False,
                                 help="after fit, test on the test split")
             parser.add_argument("--run.test_ckpt", type=str | None, default=None,
@@ -537,14 +560,16 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
                                 help="log to W&B (offline without an API key)")
             prefix = "model.init_args." if experiment.subclass_mode_model else "model."
             for source, target in experiment.links:
-                parser.link_arguments(f"data.{source}", prefix + target, apply_on="instantiate")
+                # the DataModule's files first (download what is missing), then the attribute
+                parser.link_arguments("data", prefix + target, apply_on="instantiate",
+                                      compute_fn=partial(prepared_attribute, source))
 
         def instantiate_trainer(self, **kwargs):
             run = self.config[self.subcommand]["run"]
             trainer_cfg = self._get(self.config_init, "trainer", default={})
             if trainer_cfg.get("logger", True) is not False:
                 kwargs["logger"] = make_loggers(experiment, run, self.model,
-                                                self.config[self.subcommand])
+                                                self.config[self.subcommand], self.subcommand)
             return super().instantiate_trainer(**kwargs)
 
         def before_fit(self):
@@ -556,28 +581,56 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
             if run.average_last:
                 ckpt_path = average_after_fit(self.trainer, run.average_last)
             if run.test_after_fit:
+                started = time.time()
                 # this run's own checkpoints: their hyper-parameters hold the attention
                 # objects, which torch's weights-only loader refuses
                 self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path,
                                   weights_only=False if ckpt_path else None)
+                log_predictions(self.trainer, since=started)
             finish_wandb()
 
         def after_validate(self):
             finish_wandb()
 
+        def before_test(self):
+            self.test_started = time.time()
+
         def after_test(self):
+            log_predictions(self.trainer, since=getattr(self, "test_started", None))
             finish_wandb()
 
-    return ExperimentCLI(
-        experiment.model_class, experiment.datamodule_class,
-        subclass_mode_model=experiment.subclass_mode_model,
-        subclass_mode_data=experiment.subclass_mode_data,
-        auto_configure_optimizers=False, args=argv,
-        save_config_kwargs={"overwrite": True},
-        # every DataModule of the suite shards its length-bucketed batches across processes
-        # itself (datamodules.common.BucketBatchSampler), so Lightning must not add a sampler
-        trainer_defaults={"use_distributed_sampler": False},
-    )
+    from datamodules.common import DataFormatError
+    from datamodules.fetch import FetchError
+
+    try:
+        return ExperimentCLI(
+            experiment.model_class, experiment.datamodule_class,
+            subclass_mode_model=experiment.subclass_mode_model,
+            subclass_mode_data=experiment.subclass_mode_data,
+            auto_configure_optimizers=False, args=argv,
+            save_config_kwargs={"overwrite": True},
+            # every DataModule of the suite shards its length-bucketed batches across
+            # processes itself (datamodules.common.BucketBatchSampler), so Lightning must
+            # not add a sampler
+            trainer_defaults={"use_distributed_sampler": False},
+        )
+    except (DataFormatError, FetchError, FileNotFoundError) as err:  # the data: one line
+        raise SystemExit(f"{experiment.name}.py: {err}") from err
+
+
+def prepared_attribute(name: str, datamodule):
+    """``datamodule.<name>`` after its files are there (datamodules.fetch.prepare: downloads
+    what is missing, once, locked across processes): argument links read the DataModule's
+    vocabulary before Lightning would call ``prepare_data``."""
+    from datamodules.common import DataFormatError
+    from datamodules.fetch import FetchError, prepare
+
+    try:
+        prepare(datamodule)
+        return getattr(datamodule, name)
+    except (DataFormatError, FetchError, FileNotFoundError) as err:
+        # one line (SystemExit passes through jsonargparse, which would wrap the error)
+        raise SystemExit(f"{Path(sys.argv[0]).name}: {err}") from err
 
 
 def check_average_last(trainer, run) -> None:
@@ -621,29 +674,106 @@ def average_after_fit(trainer, n: int) -> Path:
     return out
 
 
-def make_loggers(experiment: Experiment, run, model, config) -> list:
-    from lightning.pytorch.loggers import CSVLogger, WandbLogger
-
+def make_loggers(experiment: Experiment, run, model, config, subcommand: str = "fit") -> list:
+    """The run's loggers: CSV (``runs/<experiment>/<group>/<name>/metrics.csv``) and, unless
+    ``--run.wandb false``, W&B (:class:`RunLogger`) in the group ``<experiment>/<group>``."""
     name = run.name or datetime.now().strftime("%Y%m%d-%H%M%S")
     save_dir = runs_root() / experiment.name
     run_dir = save_dir / run.group / name
     run_dir.mkdir(parents=True, exist_ok=True)
-    loggers = [CSVLogger(save_dir=save_dir, name=run.group, version=name)]
+    loggers = [start_csv_logger(CSVLogger(save_dir=save_dir, name=run.group, version=name))]
     if run.wandb:
         tags = [experiment.name, run.group] + [m.tag() for m in getattr(model, "mechanisms",
                                                                         {}).values()]
-        loggers.append(WandbLogger(
-            project=os.environ.get("WANDB_PROJECT", "attnrepro"),
+        seed = config.get("seed_everything")
+        identity = {"experiment": experiment.name, "grid": run.grid, "cell": run.cell,
+                    "seed": seed if isinstance(seed, int) and not isinstance(seed, bool)
+                    else None}
+        loggers.append(RunLogger(
+            identity=identity, project=os.environ.get("WANDB_PROJECT", "attnrepro"),
             group=f"{experiment.name}/{run.group}", name=name, save_dir=str(run_dir),
-            mode=wandb_mode(), tags=sorted(set(tags)), config=config.as_dict(),
+            job_type="train" if subcommand == "fit" else "eval", mode=wandb_mode(),
+            tags=sorted(set(tags)), config={**config.as_dict(), **identity},
             settings=_wandb_settings()))
     return loggers
 
 
-def _wandb_settings():
+def start_csv_logger(logger):
+    """The CSV logger with its writer created now, before anything else of the run (W&B)
+    writes into the run folder.  Its warning that the folder "exists and is not empty" is
+    kept for what it means, the metrics of an earlier run with this name being replaced; a
+    folder holding only the grid's ``output.log`` of this run is not that."""
+    folder = Path(logger.log_dir)
+    earlier = any((folder / f).exists() for f in ("metrics.csv", "hparams.yaml"))
+    with warnings.catch_warnings():
+        if not earlier:
+            warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists "
+                                                      r"and is not empty")
+        logger.experiment  # noqa: B018 - creates the writer (rank zero only)
+    return logger
+
+
+#: what a W&B run's summary keeps of a validation metric (by the name after ``val/``, or
+#: its first part before ``_<suffix>``: ``acc_mismatched``, ``acc_best``, ``loss_<split>``)
+BEST = {"max": ("acc", "map", "mrr", "p@1", "bleu", "sacrebleu", "exact_match"),
+        "min": ("loss", "perplexity", "ppl")}
+
+
+def metric_summary(key: str) -> str | None:
+    """The W&B summary of a logged metric: ``val/*`` by their best (``max`` or ``min``,
+    :data:`BEST`), ``test/*`` by their last; None (W&B's default, the last value) for the
+    others and for a value taken at another metric's best (``val/mrr_at_best_map``)."""
+    stage, _, name = key.partition("/")
+    if stage == "test":
+        return "last"
+    if stage != "val" or "_at_best" in name:
+        return None
+    for summary, names in BEST.items():
+        if any(name == n or name.startswith(f"{n}_") for n in names):
+            return summary
+    return None
+
+
+class RunLogger(WandbLogger):
+    """Lightning's WandbLogger with the suite's dashboard: ``identity`` (experiment, grid,
+    cell, seed) stays on the run's config (a DataModule's recorded ``seed``, its data seed,
+    is logged as ``data_seed``); each metric's summary is defined (:func:`metric_summary`)
+    before its first value, by its exact name: Lightning defines the glob ``*`` (the step
+    axis) and W&B picks any one of several matching globs, while a name beats a glob."""
+
+    #: the hyper-parameters renamed on W&B when they would overwrite the run's identity
+    RENAMED = {"seed": "data_seed"}
+
+    def __init__(self, *args, identity: dict | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Lightning passes anonymous=None to wandb.init, which W&B warns has no effect
+        self._wandb_init.pop("anonymous", None)
+        self._identity = dict(identity or {})
+        self._summarised: set[str] = set()
+
+    def log_hyperparams(self, params) -> None:
+        params = vars(params) if isinstance(params, argparse.Namespace) else dict(params)
+        params = {self.RENAMED.get(k, f"hparams/{k}") if k in self._identity else k: v
+                  for k, v in params.items()}
+        super().log_hyperparams(params)
+
+    def log_metrics(self, metrics, step=None) -> None:
+        for key, value in metrics.items():
+            if key in self._summarised:
+                continue
+            self._summarised.add(key)
+            summary = metric_summary(key)
+            scalar = isinstance(value, numbers.Real) or getattr(value, "ndim", None) == 0
+            if summary and scalar and not isinstance(value, bool):
+                self.experiment.define_metric(key, summary=summary,
+                                              step_metric="trainer/global_step", step_sync=True)
+        super().log_metrics(metrics, step)
+
+
+def _wandb_settings(init_timeout: int = 120):
     import wandb
 
-    return wandb.Settings(init_timeout=120, silent=True, console="off")
+    return wandb.Settings(init_timeout=init_timeout, silent=True, console="off")
 
 
 def finish_wandb() -> None:
@@ -651,6 +781,79 @@ def finish_wandb() -> None:
 
     if wandb.run is not None:
         wandb.finish()
+
+
+def _not_a_tip(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("\N{ELECTRIC LIGHT BULB} Tip:")
+
+
+def silence_lightning_tips() -> None:
+    """Drop Lightning's advertisements ("💡 Tip: ... litlogger / litmodels"), printed at
+    every run by its rank-zero logger with no setting to turn them off (Lightning 2.6;
+    Lightning-AI/pytorch-lightning#21294): a filter on that logger for those lines only."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_not_a_tip)  # once: the same function is kept once
+
+
+#: the per-example files a test writes into the run folder: DecompAtt's
+#: ``predictions-test[_<split>].jsonl``, the seq2seq models' ``hypotheses-test.jsonl``
+PREDICTION_FILES = ("predictions-test", "hypotheses-test")
+#: rows of a predictions file logged to W&B (the summary says how many the file has)
+PREDICTION_ROWS = 10_000
+
+
+def prediction_files(run_dir: Path, since: float | None = None) -> dict[str, Path]:
+    """W&B table key -> predictions file of the run folder (written at or after ``since``):
+    ``test/predictions`` for the first split's, ``test/predictions_<split>`` for others."""
+    found = {}
+    for prefix in PREDICTION_FILES:
+        for path in sorted(Path(run_dir).glob(f"{prefix}*.jsonl")):
+            if since is not None and path.stat().st_mtime < since - 1:
+                continue  # an earlier test's file
+            found[f"test/predictions{path.name[len(prefix):-len('.jsonl')]}"] = path
+    return found
+
+
+def read_predictions(path: Path, limit: int = PREDICTION_ROWS) -> tuple[list, list, int]:
+    """(columns, rows, total rows) of a JSON-lines file, at most ``limit`` rows: the columns
+    are the keys in order of first appearance; nested objects become JSON text."""
+    columns: dict[str, None] = {}
+    records, total = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            total += 1
+            if len(records) < limit:
+                record = json.loads(line)
+                columns.update(dict.fromkeys(record))
+                records.append(record)
+    rows = [[json.dumps(v) if isinstance(v, dict) else v for v in (r.get(c) for c in columns)]
+            for r in records]
+    return list(columns), rows, total
+
+
+def log_predictions(trainer, since: float | None = None) -> None:
+    """After a test: each predictions file it wrote into the run folder as a W&B table
+    (:func:`prediction_files`; the first :data:`PREDICTION_ROWS` rows, the summary's
+    ``<key>_rows`` and ``<key>_logged_rows`` say how many there are and how many were
+    logged).  A table that cannot be logged is a warning, never a failed run."""
+    loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+    if not loggers or not trainer.is_global_zero or not trainer.log_dir:
+        return
+    import wandb
+
+    for key, path in prediction_files(Path(trainer.log_dir), since).items():
+        try:
+            columns, rows, total = read_predictions(path)
+            table = wandb.Table(columns=columns, data=rows, allow_mixed_types=True)
+            for lg in loggers:
+                lg.log_metrics({key: table}, step=trainer.global_step)
+                lg.experiment.summary.update({f"{key}_rows": total,
+                                              f"{key}_logged_rows": len(rows)})
+        except Exception as err:  # noqa: BLE001 - the metrics are logged; the table is extra
+            warnings.warn(f"{path.name} not logged to W&B: {type(err).__name__}: {err}",
+                          stacklevel=2)
 
 
 # --------------------------------------------------------------------------------------
@@ -705,7 +908,8 @@ def cell_command(experiment: Experiment, grid: Grid, cell: Cell, seed: int, conf
     args = [a.replace("{config}", str(path.with_suffix(""))) for a in cell.args]
     return [sys.executable, str(script), "fit", "--config", str(path),
             *args, f"--seed_everything={seed}", f"--run.group={grid.name}-{config}",
-            f"--run.name={cell.name}-seed{seed}", "--run.test_after_fit=true", *extra]
+            f"--run.name={cell.name}-seed{seed}", f"--run.grid={grid.name}",
+            f"--run.cell={cell.name}", "--run.test_after_fit=true", *extra]
 
 
 def _launch(experiment, grid, cell, seed, config, extra, threads: int | None):
@@ -770,8 +974,59 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
                 print(f"  done {c.name} seed {s} ({took:.0f}s): {shown}", flush=True)
         time.sleep(0.2)
     print(f"grid finished in {time.time() - start:.0f}s", flush=True)
+    log_grid_summary(experiment, grid, config)
     if failed:
         raise SystemExit(f"{len(failed)} run(s) failed: " + ", ".join(map(str, failed)))
+
+
+def summary_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list, list]:
+    """(columns, rows) of the paper's table as ``report`` reads it from the CSV logs
+    (:func:`collect`, :func:`mean_std`): one row per cell, its name, then per metric label
+    the paper's number, our mean, our (sample) std and the number of seeds; None where
+    there is none (std of one seed)."""
+    results = collect(experiment, grid, config)
+    columns = ["cell"]
+    for label in grid.metrics:
+        columns += [f"paper {label}", f"ours {label}", f"ours {label} std", f"ours {label} n"]
+    rows = []
+    for cell in grid.cells:
+        row = [cell.name]
+        for label in grid.metrics:
+            values = results[cell.name][label]
+            mean, std = mean_std(values) if values else (None, None)
+            row += [cell.paper.get(label), mean, std if len(values) > 1 else None, len(values)]
+        rows.append(row)
+    return columns, rows
+
+
+def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
+    """After a grid's cells: when they logged to W&B, one short run in their group, job
+    type ``summary``, with the paper's table (:func:`summary_table`) as ``paper_table``.
+    W&B failing to start or to log is one printed line: the grid's runs are done."""
+    group = f"{grid.name}-{config}"
+    root = runs_root() / experiment.name / group
+    if not any((d / "wandb").is_dir() for c in grid.cells for d in cell_runs(root, c)):
+        return  # --run.wandb false (or no run finished)
+    try:
+        import wandb
+
+        columns, rows = summary_table(experiment, grid, config)
+        folder = root / "summary"
+        folder.mkdir(parents=True, exist_ok=True)
+        run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "attnrepro"),
+            group=f"{experiment.name}/{group}", name="summary", job_type="summary",
+            dir=str(folder), mode=wandb_mode(), tags=[experiment.name, group, "summary"],
+            config={"experiment": experiment.name, "grid": grid.name, "cell": None,
+                    "seed": None, "grid_config": config, "title": grid.title},
+            settings=_wandb_settings(init_timeout=60))
+        try:
+            run.log({"paper_table": wandb.Table(columns=columns, data=rows)})
+        finally:
+            run.finish()
+        print(f"W&B summary run logged: {folder}", flush=True)
+    except Exception as err:  # noqa: BLE001 - never fail a finished grid for W&B
+        print(f"W&B summary run not logged: {type(err).__name__}: {err}", flush=True)
 
 
 def run_one_cell(experiment: Experiment, argv: list[str]) -> None:

@@ -190,7 +190,8 @@ class TransformerClassifier(Transformer):
     Batches: tokens (B,L), mask (B,L) True at real tokens, label (B,).  ``attention`` is the
     encoder's self-attention, in the lowest ``attention_layers`` layers (None: all).
     ``pooling`` of the final states: ``mean`` or ``max`` over the real tokens, or ``first``
-    (the state of the first token).  Logs loss and accuracy on train, val and test.
+    (the state of the first token).  Logs ``{train,val,test}/loss`` and ``/acc`` (the
+    accuracy, named as DecompAtt names it).
     """
 
     def __init__(
@@ -236,7 +237,7 @@ class TransformerClassifier(Transformer):
         metric(logits.argmax(-1), batch["label"])  # forward: this batch's value for on_step
         self.log(f"{stage}/loss", loss, batch_size=bsz, prog_bar=stage == "train",
                  sync_dist=stage != "train")
-        self.log(f"{stage}/accuracy", metric, batch_size=bsz, prog_bar=stage != "train")
+        self.log(f"{stage}/acc", metric, batch_size=bsz, prog_bar=stage != "train")
         return loss
 
     def training_step(self, batch, batch_idx):

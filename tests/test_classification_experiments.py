@@ -47,11 +47,11 @@ def test_coda_sentiment_grid_on_both_datasets(env, tmp_path):
         assert config["data"]["init_args"]["format"] == "glue"
         assert config["model"]["attention"]["class_path"].endswith("softmax")
         values = last_values(group / "sst-transformer-seed0" / "metrics.csv")
-        assert 0 <= values["test/accuracy"] <= 1
+        assert 0 <= values["test/acc"] <= 1
     run_dir = group / "imdb-coda-seed0"
     values = last_values(run_dir / "metrics.csv")
-    assert {"train/loss", "train/accuracy", "val/accuracy", "test/accuracy"} <= set(values)
-    assert 0 <= values["test/accuracy"] <= 1
+    assert {"train/loss", "train/acc", "val/acc", "test/acc"} <= set(values)
+    assert 0 <= values["test/acc"] <= 1
     assert list((run_dir / "checkpoints").glob("epoch=*-step=10.ckpt"))  # mid-training
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["data"]["class_path"] == "datamodules.imdb.IMDbDataModule"
@@ -77,7 +77,7 @@ def test_dwin_classification_fit_on_the_linzen_files(env, tmp_path):
         "--run.name=sva", "--run.test_after_fit=true", "--run.wandb=false"], env)
     run_dir = tmp_path / "runs" / "dwin_classification" / "e2e" / "sva"
     values = last_values(run_dir / "metrics.csv")
-    assert {"val/accuracy", "test/accuracy"} <= set(values)
+    assert {"val/acc", "test/acc"} <= set(values)
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["data"]["class_path"] == "datamodules.sva.SVADataModule"
     assert config["data"]["init_args"]["train_file"] == "numpred.val"
@@ -121,7 +121,7 @@ def test_grid_of_an_sst_and_an_imdb_cell_and_report(env, tmp_path):
     assert configs["imdb-window-aw"]["model"]["attention_layers"] == 1  # window: layer 1
     report = run(SCRIPTS / "dwin_classification.py", ["report", "table5", "--smoke"], env)
     for cell, paper in (("sst-relative", "79.73"), ("imdb-window-aw", "87.98")):
-        ours = 100 * last_values(group / f"{cell}-seed0" / "metrics.csv")["test/accuracy"]
+        ours = 100 * last_values(group / f"{cell}-seed0" / "metrics.csv")["test/acc"]
         assert f"| {cell} | {paper} | {ours:.2f} (n=1) |" in report
     assert "| sva-window-aw | 96.19 | not run |" in report
     assert "| sst-window-aw | 82.13 | not run |" in report

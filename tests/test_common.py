@@ -51,6 +51,25 @@ def test_shards_are_disjoint_and_equal_across_processes():
     assert sorted(i for s in shards for b in s for i in b) == list(range(len(LENGTHS)))
 
 
+def test_evaluation_shards_count_every_example_once():
+    """32 batches over 2 and 3 processes: in evaluation the shards
+    together hold every example exactly once; in training they are padded to equal counts."""
+    lengths = LENGTHS  # 32 batches of 16, the last one short
+    for replicas in (2, 3):
+        shards = [list(BucketBatchSampler(lengths, 16, shuffle=False, num_replicas=replicas,
+                                          rank=r)) for r in range(replicas)]
+        assert sorted(i for s in shards for b in s for i in b) == list(range(len(lengths)))
+        assert max(map(len, shards)) - min(map(len, shards)) <= 1
+        train = [list(BucketBatchSampler(lengths, 16, seed=1, num_replicas=replicas, rank=r))
+                 for r in range(replicas)]
+        assert len({len(s) for s in train}) == 1  # equal steps for DDP
+    # fewer batches than processes: smaller batches, every process one, each example once
+    shards = [list(BucketBatchSampler(LENGTHS[:20], 16, shuffle=False, num_replicas=3, rank=r))
+              for r in range(3)]
+    assert [len(s) for s in shards] == [1, 1, 1]
+    assert sorted(i for s in shards for b in s for i in b) == list(range(20))
+
+
 def test_bucketed_loader_gives_the_batches_of_the_datamodules_own_loaders():
     items = list(range(len(LENGTHS)))  # item i is i, so a batch is its indices
     loader = bucketed_loader(items, LENGTHS, 16, list, shuffle=True, seed=3)

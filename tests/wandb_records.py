@@ -56,3 +56,32 @@ def config(path: str | Path) -> dict:
         for item in items:
             values[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
     return values
+
+
+def run_info(path: str | Path) -> dict:
+    """The run record's name, group, job type and tags."""
+    for r in records(path):
+        if r.WhichOneof("record_type") == "run":
+            return {"name": r.run.display_name, "group": r.run.run_group,
+                    "job_type": r.run.job_type, "tags": list(r.run.tags)}
+    raise ValueError(f"{path}: no run record")
+
+
+def summary(path: str | Path) -> dict:
+    """summary key -> its final value (``{"max": v}`` and the like for a metric whose summary
+    was defined with ``define_metric``)."""
+    values: dict = {}
+    for r in records(path):
+        if r.WhichOneof("record_type") == "summary":
+            for item in r.summary.update:
+                values[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return values
+
+
+def table(path: str | Path, key: str) -> dict:
+    """The last ``wandb.Table`` logged under ``key``: {"columns": [...], "data": [[...]]},
+    read from the run's files folder (``files/media/table/...table.json``)."""
+    paths = history(path).get(f"{key}/path")
+    if not paths:
+        raise KeyError(f"{path}: no table {key!r}")
+    return json.loads((Path(path).parent / "files" / paths[-1]).read_text())
