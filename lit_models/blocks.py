@@ -49,10 +49,18 @@ class TransformerConfig:
     def __post_init__(self):
         if self.norm not in ("pre", "post"):
             raise ValueError(f"norm must be 'pre' or 'post', got {self.norm!r}")
+        for name in ("d_model", "n_heads", "d_ff"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("dropout", "attention_dropout"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
 
 
 def layer_mechanisms(mechanism: Mechanism, n_layers: int, layers: int | None) -> list[Mechanism]:
     """The mechanism in the lowest ``layers`` layers (all when None), softmax above."""
+    if n_layers < 1:
+        raise ValueError(f"the number of layers must be at least 1, got {n_layers}")
     if layers is not None and not 0 <= layers <= n_layers:
         raise ValueError(f"attention_layers must be in [0, {n_layers}], got {layers}")
     k = n_layers if layers is None else layers

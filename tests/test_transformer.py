@@ -111,6 +111,23 @@ def test_unsupported_mechanism_error_names_it():
         small_model(attention=only_alignment())
 
 
+@pytest.mark.parametrize("settings, message", [
+    ({"d_model": 0}, "d_model must be at least 1, got 0"),
+    ({"d_model": -8}, "d_model must be at least 1, got -8"),
+    ({"n_heads": 0}, "n_heads must be at least 1, got 0"),
+    ({"d_ff": 0}, "d_ff must be at least 1, got 0"),
+    ({"n_encoder_layers": -1}, "the number of layers must be at least 1, got -1"),
+    ({"n_decoder_layers": 0}, "the number of layers must be at least 1, got 0"),
+    ({"n_heads": 3}, "d_model 16 is not divisible by n_heads 3"),
+])
+def test_bad_sizes_are_named_errors(settings, message):
+    """Each impossible size is one clear error (they were a ZeroDivisionError, raw torch
+    errors, or silently accepted)."""
+    base = dict(d_model=16, n_heads=2, d_ff=32)
+    with pytest.raises(ValueError, match=message):
+        TransformerSeq2Seq(13, 11, pad_id=0, bos_id=2, eos_id=3, **{**base, **settings})
+
+
 # what each Transformer may take besides the shared settings: its data sizes and its shape
 OWN_SETTINGS = {
     TransformerSeq2Seq: {"src_vocab_size", "tgt_vocab_size", "bos_id", "eos_id",
