@@ -40,9 +40,25 @@ def test_attention_flags_reach_each_module():
     assert m.mechanisms["encoder"].tag() == "coda"
 
 
-@pytest.mark.parametrize("name", DECODER_SELF)
+# every mechanism with its defaults, and the options whose statistics span a row or matrix
+# (CoDA's centering: per query row in a causal decoder, so no future token moves it)
+CAUSAL_CASES = DECODER_SELF + ["coda:gate=centered", "coda:center_e=true",
+                               "coda:gate=centered,center_e=true", "density:scheme=aqt",
+                               "window:segment_size=1"]
+
+
+def build_spec(spec: str):
+    name, _, options = spec.partition(":")
+    values = {"true": True, "false": False}
+    kwargs = dict(o.split("=") for o in options.split(",")) if options else {}
+    return build(name, **{k: values.get(v, int(v) if v.isdigit() else v)
+                          for k, v in kwargs.items()})
+
+
+@pytest.mark.parametrize("name", CAUSAL_CASES)
 def test_decoder_is_causal_for_every_mechanism(name):
-    m = small_model(decoder_attention=build(name))
+    m = small_model(decoder_attention=build_spec(name))
+    name = name.partition(":")[0]
     src = torch.randint(4, 13, (2, 6))
     src_mask = torch.ones_like(src, dtype=torch.bool)
     src_mask[0, 4:] = False
