@@ -26,6 +26,20 @@ class AttnReproModule(L.LightningModule):
                           warmup_steps=warmup_steps, betas=betas,
                           max_steps=max_steps_for_schedule)
         self.mechanisms: dict[str, Mechanism] = {}
+        self.means = torch.nn.ModuleDict()  # log_mean's metrics, by logged name
+
+    def log_mean(self, name: str, value: torch.Tensor, weight: int | float | torch.Tensor,
+                 **kwargs) -> None:
+        """Log ``name`` as the ``weight``-weighted mean of ``value`` over the epoch and over
+        every process (a torchmetrics MeanMetric: its sums are gathered, so the result is the
+        mean over the whole evaluation set, whatever each process's share)."""
+        from torchmetrics import MeanMetric
+
+        key = name.replace("/", "__").replace("@", "_at_")
+        if key not in self.means:
+            self.means[key] = MeanMetric().to(self.device)
+        self.means[key].update(value.detach(), weight=weight)
+        self.log(name, self.means[key], metric_attribute=f"means.{key}", **kwargs)
 
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

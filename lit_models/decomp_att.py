@@ -43,7 +43,6 @@ from typing import ClassVar, Literal, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from attention import Mechanism, build
@@ -406,7 +405,6 @@ class DecompAtt(AttnReproModule):
         self.net = self.build_net(num_classes, embeddings, members=self.n_members)
         self.accuracy = nn.ModuleDict()  # "<stage>_<dataloader>" -> MulticlassAccuracy
         self.ranking = nn.ModuleDict()  # the same keys -> GroupedRanking (ranking batches)
-        self.eval_loss = nn.ModuleDict()  # the same keys -> MeanMetric of the NLL
         self._plot_batch: dict[str, Tensor] | None = None
         self._test_rows: dict[int, list[dict[str, Tensor]]] = {}  # -> predictions-test.jsonl
         self.register_buffer("best_val_acc", torch.zeros(()))
@@ -485,12 +483,7 @@ class DecompAtt(AttnReproModule):
         acc = self._accuracy(stage, dataloader_idx)
         acc(log_p.argmax(-1), y)
         log = dict(batch_size=bsz, add_dataloader_idx=False)
-        key = f"{stage}_{dataloader_idx}"
-        if key not in self.eval_loss:  # a weighted mean over every process's examples
-            self.eval_loss[key] = MeanMetric().to(self.device)
-        self.eval_loss[key].update(F.nll_loss(log_p, y), weight=bsz)
-        self.log(f"{stage}/loss{suffix}", self.eval_loss[key],
-                 metric_attribute=f"eval_loss.{key}", **log)
+        self.log_mean(f"{stage}/loss{suffix}", F.nll_loss(log_p, y), bsz, **log)
         self.log(f"{stage}/acc{suffix}", acc, prog_bar=True,
                  metric_attribute=f"accuracy.{stage}_{dataloader_idx}", **log)
         if member.shape[0] > 1:

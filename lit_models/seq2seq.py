@@ -89,7 +89,9 @@ class Seq2SeqTask:
     def _evaluate(self, batch, stage: str) -> None:
         bsz = batch["src"].shape[0]
         logits = self(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"]).logits
-        self.log(f"{stage}/loss", self.loss(logits, batch, 0.0), batch_size=bsz, sync_dist=True)
+        # the mean over every target token of the split (the loss is a per-token mean)
+        tokens = (batch["tgt_out"] != self.hparams.pad_id).sum()
+        self.log_mean(f"{stage}/loss", self.loss(logits, batch, 0.0), tokens)
         hypotheses = self.generate(batch["src"], batch["src_mask"])
         metric = getattr(self, f"{stage}_exact")
         metric.update(hypotheses.tokens, batch["tgt_out"], batch["tgt_mask"])

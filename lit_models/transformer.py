@@ -235,8 +235,10 @@ class TransformerClassifier(Transformer):
         bsz = batch["tokens"].shape[0]
         metric = getattr(self, f"{stage}_accuracy")
         metric(logits.argmax(-1), batch["label"])  # forward: this batch's value for on_step
-        self.log(f"{stage}/loss", loss, batch_size=bsz, prog_bar=stage == "train",
-                 sync_dist=stage != "train")
+        if stage == "train":
+            self.log("train/loss", loss, batch_size=bsz, prog_bar=True)
+        else:
+            self.log_mean(f"{stage}/loss", loss, bsz)
         self.log(f"{stage}/acc", metric, batch_size=bsz, prog_bar=stage != "train")
         return loss
 
@@ -305,8 +307,8 @@ class TransformerLM(Transformer):
     def _evaluate(self, batch, stage: str) -> None:
         nll = self.token_nll(batch)
         loss, tokens = self._mean(nll, batch["mask"])
-        # batch_size = tokens: the epoch's loss is the token-weighted mean, log(perplexity)
-        self.log(f"{stage}/loss", loss, batch_size=tokens, sync_dist=True)
+        # weighted by tokens: the epoch's loss is the token mean, log(perplexity)
+        self.log_mean(f"{stage}/loss", loss, tokens)
         metric = getattr(self, f"{stage}_perplexity")
         metric.update(nll, batch["mask"])
         self.log(f"{stage}/perplexity", metric, prog_bar=True)

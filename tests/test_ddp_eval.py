@@ -25,7 +25,8 @@ def validate(script: str, configs: list[Path], name: str, devices: int, env) -> 
          "--run.wandb", "false", "--run.name", name], env, timeout=600)
 
 
-def test_nli_and_ranking_validation_on_two_processes_equals_one(env, tmp_path):
+def test_validation_on_two_processes_equals_one(env, tmp_path):
+    """NLI (acc, loss), ranking (MAP, MRR, P@1) and seq2seq (token loss, exact match)."""
     shared_path("snli/snli_1.0_dev.first1288.jsonl")
     shared_path("wikiqa/filtered/dev/a.toks")
     env = {**env, "ATTNREPRO_COMPILE": "0"}
@@ -35,7 +36,9 @@ def test_nli_and_ranking_validation_on_two_processes_equals_one(env, tmp_path):
              ("val/acc", "val/loss")),
             ("coda_ranking.py", [CONFIGS / "coda_ranking" / "smoke.yaml",
                                  CONFIGS / "coda_ranking" / "smoke" / "wikiqa.yaml"],
-             ("val/acc", "val/loss", "val/map", "val/mrr", "val/p@1"))]:
+             ("val/acc", "val/loss", "val/map", "val/mrr", "val/p@1")),
+            ("coda_mlu.py", [CONFIGS / "coda_mlu" / "smoke.yaml"],  # 1 batch of 64: cut in 2
+             ("val/loss", "val/exact_match"))]:
         values = {}
         for devices in (1, 2):
             out = validate(script, configs, f"devices{devices}", devices, env)
