@@ -473,7 +473,8 @@ class NLIDataModule(L.LightningDataModule):
     # --- files
     def _how_to_get(self) -> str:
         if self.url:
-            fetch = (f"python -m datamodules.fetch {self.name} --data_dir DIR" if self.download
+            fetch = (f"python -m datamodules.fetch {self.name} --data_dir DIR"
+                     if getattr(self, "download", True)
                      else "--data.download true")
             return f"Download {self.url} and unzip it into data_dir (or: {fetch})."
         return self.how_to_get
