@@ -50,6 +50,7 @@ import numbers
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -921,8 +922,48 @@ def _launch(experiment, grid, cell, seed, config, extra, threads: int | None):
         env["ATTNREPRO_THREADS"] = str(threads)
     log = open(run_dir / "output.log", "w")
     cmd = cell_command(experiment, grid, cell, seed, config, extra)
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT)
+    # its own process group: stopping the grid stops the cell and whatever it started (DDP)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT,
+                            start_new_session=True)
     return proc, log, run_dir
+
+
+def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Terminate a cell's process group (SIGTERM, then SIGKILL after ``grace`` seconds)."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _grid_lock(root: Path):
+    """An exclusive lock on the grid's run folder (``.grid.lock``), held while the grid
+    runs: a second grid on the same folder (same experiment, grid and config) stops at once
+    instead of overwriting the first one's runs and CSV logs."""
+    import fcntl
+
+    root.mkdir(parents=True, exist_ok=True)
+    handle = open(root / ".grid.lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise SystemExit(f"another grid is running in {root} ({holder}); wait for it to "
+                         "finish, or stop it, then rerun with --skip-done") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle
 
 
 def run_grid(experiment: Experiment, argv: list[str]) -> None:
@@ -950,8 +991,33 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
           f"{runs_root() / experiment.name / f'{grid.name}-{config}'}", flush=True)
     failed, running = [], []
     start = time.time()
+    lock = _grid_lock(runs_root() / experiment.name / f"{grid.name}-{config}")
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        _run_cells(experiment, grid, config, extra, args.jobs, threads, todo, running, failed)
+    except KeyboardInterrupt:
+        for item in running:
+            _stop(item[3])
+            item[4].close()
+        names = ", ".join(f"{c.name} seed {s}" for c, s, *_ in running) or "none"
+        raise SystemExit(f"grid stopped; cells stopped unfinished: {names} (rerun with "
+                         "--skip-done to keep the finished ones)") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        lock.close()
+    print(f"grid finished in {time.time() - start:.0f}s", flush=True)
+    log_grid_summary(experiment, grid, config)
+    if failed:
+        raise SystemExit(f"{len(failed)} run(s) failed: " + ", ".join(map(str, failed)))
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _run_cells(experiment, grid, config, extra, jobs, threads, todo, running, failed) -> None:
     while todo or running:
-        while todo and len(running) < args.jobs:
+        while todo and len(running) < jobs:
             c, s = todo.pop(0)
             running.append((c, s, time.time(), *_launch(experiment, grid, c, s, config, extra,
                                                          threads)))
@@ -973,10 +1039,6 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
                                   if v is not None)
                 print(f"  done {c.name} seed {s} ({took:.0f}s): {shown}", flush=True)
         time.sleep(0.2)
-    print(f"grid finished in {time.time() - start:.0f}s", flush=True)
-    log_grid_summary(experiment, grid, config)
-    if failed:
-        raise SystemExit(f"{len(failed)} run(s) failed: " + ", ".join(map(str, failed)))
 
 
 def summary_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list, list]:
