@@ -943,27 +943,31 @@ def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
             continue
 
 
-def _grid_lock(root: Path):
-    """An exclusive lock on the grid's run folder (``.grid.lock``), held while the grid
-    runs: a second grid on the same folder (same experiment, grid and config) stops at once
-    instead of overwriting the first one's runs and CSV logs."""
+def _run_lock(root: Path, run: str):
+    """An exclusive lock on one cell-and-seed run of a grid folder (``.<run>.lock``), held
+    by the grid that runs it; None when another grid holds it (that grid's pid is in the
+    file).  Two grids may share a folder (different cells), never a run."""
     import fcntl
 
     root.mkdir(parents=True, exist_ok=True)
-    handle = open(root / ".grid.lock", "a+")
+    handle = open(root / f".{run}.lock", "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
         handle.close()
-        raise SystemExit(f"another grid is running in {root} ({holder}); wait for it to "
-                         "finish, or stop it, then rerun with --skip-done") from None
+        return None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}")
     handle.flush()
     return handle
+
+
+def _lock_holder(root: Path, run: str) -> str:
+    try:
+        return (root / f".{run}.lock").read_text().strip() or "another process"
+    except OSError:
+        return "another process"
 
 
 def run_grid(experiment: Experiment, argv: list[str]) -> None:
@@ -991,7 +995,6 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
           f"{runs_root() / experiment.name / f'{grid.name}-{config}'}", flush=True)
     failed, running = [], []
     start = time.time()
-    lock = _grid_lock(runs_root() / experiment.name / f"{grid.name}-{config}")
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         _run_cells(experiment, grid, config, extra, args.jobs, threads, todo, running, failed)
@@ -1004,7 +1007,8 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
                          "--skip-done to keep the finished ones)") from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-        lock.close()
+        for item in running:
+            item[6].close()  # the run locks
     print(f"grid finished in {time.time() - start:.0f}s", flush=True)
     log_grid_summary(experiment, grid, config)
     if failed:
@@ -1019,14 +1023,23 @@ def _run_cells(experiment, grid, config, extra, jobs, threads, todo, running, fa
     while todo or running:
         while todo and len(running) < jobs:
             c, s = todo.pop(0)
+            root = runs_root() / experiment.name / f"{grid.name}-{config}"
+            lock = _run_lock(root, f"{c.name}-seed{s}")
+            if lock is None:  # another grid runs this very cell and seed: leave it alone
+                failed.append(root / f"{c.name}-seed{s}")
+                print(f"  NOT RUN {c.name} seed {s}: another grid is running it "
+                      f"({_lock_holder(root, f'{c.name}-seed{s}')}); rerun with --skip-done "
+                      "once it has finished", flush=True)
+                continue
             running.append((c, s, time.time(), *_launch(experiment, grid, c, s, config, extra,
-                                                         threads)))
+                                                         threads), lock))
         for item in list(running):
-            c, s, t0, proc, log, run_dir = item
+            c, s, t0, proc, log, run_dir, lock = item
             if proc.poll() is None:
                 continue
             running.remove(item)
             log.close()
+            lock.close()
             took = time.time() - t0
             if proc.returncode:
                 failed.append(run_dir)

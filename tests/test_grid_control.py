@@ -1,6 +1,6 @@
-"""A grid owns its run folder and its cells (issue 16): a second grid on the same folder
-stops at once, and stopping a grid (SIGTERM, Ctrl-C) stops its running cells instead of
-leaving them orphaned; ``--skip-done`` then keeps only the finished ones."""
+"""A grid owns its runs (issue 16): a second grid leaves a cell it is running alone, and
+stopping a grid (SIGTERM, Ctrl-C) stops its running cells instead of leaving them
+orphaned; ``--skip-done`` then keeps only the finished ones."""
 
 from __future__ import annotations
 
@@ -12,26 +12,27 @@ from pathlib import Path
 import pytest
 
 from experiments import coda_mlu
-from experiments.runner import _grid_lock
+from experiments.runner import _run_lock
 from tests.conftest import start
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_a_second_grid_on_the_same_folder_stops_at_once(tmp_path, monkeypatch, capsys):
+def test_a_second_grid_leaves_a_running_cell_alone(tmp_path, monkeypatch, capsys):
+    """Two grids may share a folder (different cells: tests/test_mt_experiments.py), never a
+    run: a cell and seed another grid is running is not touched, and the grid says so."""
     monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path))
     folder = tmp_path / "coda_mlu" / "table6-smoke"
-    held = _grid_lock(folder)  # the first grid
+    held = _run_lock(folder, "transformer-seed0")  # the first grid runs it
     try:
-        with pytest.raises(SystemExit) as stop:
-            coda_mlu.EXPERIMENT.main(["grid", "table6", "--smoke"])
-        assert str(stop.value) == (f"another grid is running in {folder} (pid {os.getpid()}); "
-                                   "wait for it to finish, or stop it, then rerun with "
-                                   "--skip-done")
-        assert not any(folder.glob("*-seed*"))  # nothing launched, nothing overwritten
+        with pytest.raises(SystemExit, match="1 run\\(s\\) failed"):
+            coda_mlu.EXPERIMENT.main(["grid", "table6", "--smoke", "--cells", "transformer"])
+        assert (f"  NOT RUN transformer seed 0: another grid is running it (pid {os.getpid()}); "
+                "rerun with --skip-done once it has finished") in capsys.readouterr().out
+        assert not (folder / "transformer-seed0").exists()  # nothing overwritten
     finally:
         held.close()
-    _grid_lock(folder).close()  # free again once the first one is done
+    assert _run_lock(folder, "transformer-seed0") is not None  # free once the first is done
 
 
 def cell_pids(name: str) -> list[int]:
