@@ -21,8 +21,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 # where data lives and how it is downloaded: datamodules/fetch.py (torch-free), re-exported
-from datamodules.fetch import PROJECT_ROOT, download_file, shared_data_dir  # noqa: F401
-from datamodules.fetch import extract_archive as _extract_archive
+from datamodules.fetch import PROJECT_ROOT, shared_data_dir  # noqa: F401
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 
@@ -75,20 +74,6 @@ def json_records(path: str | os.PathLike, what: str) -> Iterator[tuple[int, str,
         if not isinstance(record, dict):
             raise DataFormatError(path, number, what, line)
         yield number, line, record
-
-
-def fetch(url: str, dest: str | os.PathLike, sha256: str | None = None,
-          size: int | None = None, timeout: float = 30.0, **kwargs) -> Path:
-    """Download ``url`` to ``dest`` unless it is already there (checked by size/sha256):
-    :func:`datamodules.fetch.download_file` (resumed, locked, checked; offline, one error
-    naming the URL and the local path).  ``kwargs``: its ``dataset`` and ``progress``."""
-    return download_file(url, dest, sha256, size, timeout=timeout, **kwargs)
-
-
-def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:
-    """Unpack a .zip, .tar(.gz/.bz2/.xz) or .gz archive into ``dest``; a member whose path
-    would leave ``dest`` is an error (:func:`datamodules.fetch.extract_archive`)."""
-    return _extract_archive(archive, dest)
 
 
 class Vocab:

@@ -42,7 +42,6 @@ from datamodules.common import (
     bucketed_loader,
     cache_dir,
     data_seed,
-    fetch,
     pad,
     settings_key,
     shared_data_dir,
@@ -479,8 +478,7 @@ class TextDataModule(L.LightningDataModule):
             entry = Release(self.name, self.name, self.shared_subdir or self.name, (Download(
                 self.archive_url, archive=True, strip=self.archive_subdir, provides=provides),))
         ensure(entry, self.data_dir, [p for p in wanted if p not in test], optional=test,
-               url=self.archive_url, download=self.download, strict=False,
-               downloader=fetch)  # fetch: datamodules.common's, looked up when called
+               url=self.archive_url, download=self.download, strict=False)
 
     # ---- examples and tokenizer
 

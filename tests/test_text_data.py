@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from datamodules.common import DataFormatError, extract_archive
+from datamodules.common import DataFormatError
+from datamodules.fetch import extract_archive
 from datamodules.imdb import IMDbDataModule, carve_validation, read_aclimdb
 from datamodules.lm1b import LM1BDataModule, heldout_shard, read_sentences, train_shard
 from datamodules.sst import (
@@ -433,7 +434,7 @@ def test_prepare_data_unpacks_the_official_archive(tmp_path, monkeypatch):
         fetched.append((url, Path(dest).name))
         return archive
 
-    monkeypatch.setattr("datamodules.text.fetch", fake_fetch)
+    monkeypatch.setattr("datamodules.fetch.download_file", fake_fetch)
     monkeypatch.setenv("ATTNREPRO_DATA", str(tmp_path / "no-shared-data"))
     dm = IMDbDataModule(tokenization="word", val_fraction=0.0)
     assert dm.data_dir == tmp_path / "cache" / "imdb" / "aclImdb"
@@ -454,7 +455,7 @@ def test_prepare_data_unpacks_a_zip_and_refuses_members_outside(tmp_path, monkey
         z.writestr("trees/train.txt", "(3 (2 a) (4 (4 good) (2 film)))\n(0 (0 awful))\n")
         z.writestr("trees/dev.txt", "(1 (1 bad))\n")
         z.writestr("trees/test.txt", "(4 (4 great))\n")
-    monkeypatch.setattr("datamodules.text.fetch", lambda url, dest, *a, **k: archive)
+    monkeypatch.setattr("datamodules.fetch.download_file", lambda url, dest, *a, **k: archive)
     monkeypatch.setenv("ATTNREPRO_DATA", str(tmp_path / "no-shared-data"))
     dm = SSTDataModule(granularity="fine")
     dm.prepare_data()
