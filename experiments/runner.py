@@ -600,9 +600,6 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
             log_predictions(self.trainer, since=getattr(self, "test_started", None))
             finish_wandb()
 
-    from datamodules.common import DataFormatError
-    from datamodules.fetch import FetchError
-
     try:
         return ExperimentCLI(
             experiment.model_class, experiment.datamodule_class,
@@ -615,21 +612,28 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
             # not add a sampler
             trainer_defaults={"use_distributed_sampler": False},
         )
-    except (DataFormatError, FetchError, FileNotFoundError) as err:  # the data: one line
+    except data_errors() as err:  # the data: one line
         raise SystemExit(f"{experiment.name}.py: {err}") from err
+
+
+def data_errors() -> tuple[type[Exception], ...]:
+    """What a command ends with in one line: a malformed, missing or undownloadable file."""
+    from datamodules.common import DataFormatError
+    from datamodules.fetch import FetchError
+
+    return DataFormatError, FetchError, FileNotFoundError
 
 
 def prepared_attribute(name: str, datamodule):
     """``datamodule.<name>`` after its files are there (datamodules.fetch.prepare: downloads
     what is missing, once, locked across processes): argument links read the DataModule's
     vocabulary before Lightning would call ``prepare_data``."""
-    from datamodules.common import DataFormatError
-    from datamodules.fetch import FetchError, prepare
+    from datamodules.fetch import prepare
 
     try:
         prepare(datamodule)
         return getattr(datamodule, name)
-    except (DataFormatError, FetchError, FileNotFoundError) as err:
+    except data_errors() as err:
         # one line (SystemExit passes through jsonargparse, which would wrap the error)
         raise SystemExit(f"{Path(sys.argv[0]).name}: {err}") from err
 

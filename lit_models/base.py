@@ -13,6 +13,15 @@ import torch
 from attention import Mechanism
 
 
+def gather_objects(obj) -> list:
+    """``obj`` of every process (picklable), in rank order; ``[obj]`` in a single process."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        gathered = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(gathered, obj)
+        return gathered
+    return [obj]
+
+
 class AttnReproModule(L.LightningModule):
     """Base class.  Subclasses call ``super().__init__(lr=..., ...)`` with their optimiser
     settings and set ``self.mechanisms`` (name -> Mechanism) for the run's tags."""

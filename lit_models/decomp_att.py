@@ -48,7 +48,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from attention import Mechanism, build
 from attention.masking import check_mask, masked_softmax
 from attention.softmax import softmax
-from lit_models.base import AttnReproModule
+from lit_models.base import AttnReproModule, gather_objects
 from lit_models.metrics import GroupedRanking
 
 
@@ -581,12 +581,7 @@ class DecompAtt(AttnReproModule):
         (position in the split), ``line`` (in the split's file), ``gold``, ``prediction``,
         ``log_probs`` of every class and, for ranking, ``group`` and ``score`` = log
         p(relevant), the ranking key."""
-        rows = getattr(self, "_test_rows", {})
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            gathered = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, rows)
-        else:
-            gathered = [rows]
+        gathered = gather_objects(getattr(self, "_test_rows", {}))
         if not self.trainer.is_global_zero or not self.trainer.log_dir:
             return
         datamodule = getattr(self.trainer, "datamodule", None)

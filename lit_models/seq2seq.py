@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lit_models.base import gather_objects
 from lit_models.bleu import translation_bleu, write_translation_report
 from lit_models.decoding import Hypotheses, beam_search, select_rows
 
@@ -131,10 +131,7 @@ class Seq2SeqTask:
         if not scores_bleu(datamodule):
             return
         decoded = getattr(self, "_decoded", {}).get(stage, [])
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            gathered = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, decoded)
-            decoded = [item for part in gathered for item in part]
+        decoded = [item for part in gather_objects(decoded) for item in part]
         decoded = sorted(dict(decoded).items())  # one per example (a padded batch repeats)
         if not decoded:
             return
