@@ -113,3 +113,35 @@ def test_table2_smoke_grid_every_dataset_and_report(env, tmp_path):
     report = run(SCRIPT, ["report", "table2", "--smoke"], env)
     assert "70.5" in report and "52.5" in report  # the paper's WikiQA MAP and UDC R10@1 (CoDA)
     assert "wikiqa-coda" in report
+
+
+def test_r10_at_1_on_a_written_ubuntu_file(tmp_path):
+    """R10@1 end to end on written Ubuntu v2 files: three contexts of one ground truth and
+    nine distractors, each candidate scored by a rule; by hand, the ground truth is ranked
+    first in contexts 0 and 2 only: R10@1 = 2/3."""
+    from datamodules.ranking import UbuntuDataModule
+
+    header = "Context,Ground Truth Utterance," + ",".join(f"Distractor_{i}" for i in range(9))
+    rows = [",".join([f"context {c} __eou__"] + [f"c{c} r{i} __eou__" for i in range(10)])
+            for c in range(3)]
+    (tmp_path / "valid.csv").write_text(header + "\n" + "\n".join(rows) + "\n")
+    (tmp_path / "train.csv").write_text("Context,Utterance,Label\nx,y,1\nx,z,0\n")
+    dm = UbuntuDataModule(data_dir=str(tmp_path), test_file="valid.csv", batch_size=7)
+    dm.setup()
+    metric = GroupedRanking()
+    for batch in dm.val_dataloader():
+        for i in range(len(batch["index"])):
+            # pairs in file order: context k's candidates are 10k..10k+9, the ground truth first
+            context, candidate = divmod(int(batch["index"][i]), 10)
+            assert int(batch["group"][i]) == context
+            assert int(batch["label"][i]) == (candidate == 0)
+            # the ground truth (r0) scores highest except in context 1, where r5 does
+            score = 0.9 if candidate == 0 else 0.1 * candidate / 10
+            if context == 1 and candidate == 5:
+                score = 1.0
+            metric.update(torch.tensor([score]), batch["label"][i:i + 1],
+                          batch["group"][i:i + 1], batch["index"][i:i + 1])
+    out = metric.compute()
+    assert out["groups"].item() == 3
+    assert out["p@1"].item() == pytest.approx(2 / 3)
+    assert out["mrr"].item() == pytest.approx((1 + 1 / 2 + 1) / 3)
