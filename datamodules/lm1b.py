@@ -61,14 +61,16 @@ def read_sentences(paths: Sequence[str | Path]) -> Iterator[list[str]]:
             yield split_tokens(text)
 
 
-def collate_lm(batch: Sequence[tuple[Tensor, None]], pad_id: int, bos_id: int) -> dict[str, Tensor]:
+def collate_lm(batch: Sequence[tuple[Tensor, None, int]], pad_id: int,
+               bos_id: int) -> dict[str, Tensor]:
     """``tokens`` = <s> + targets[:-1], ``targets`` = w1..wn </s> (as stored), ``mask`` (B,L)
-    True at real target positions."""
-    targets = [ids.long() for ids, _ in batch]
+    True at real target positions, ``index`` (B,) each sentence's position in its split."""
+    targets = [ids.long() for ids, _, _ in batch]
     inputs = [torch.cat([ids.new_tensor([bos_id]), ids[:-1]]) for ids in targets]
     tokens, mask = pad(inputs, pad_id)
     targets, _ = pad(targets, pad_id)
-    return {"tokens": tokens, "targets": targets, "mask": mask}
+    return {"tokens": tokens, "targets": targets, "mask": mask,
+            "index": torch.tensor([i for _, _, i in batch], dtype=torch.long)}
 
 
 class LM1BDataModule(TextDataModule):

@@ -202,6 +202,11 @@ class MLUDataModule(L.LightningDataModule):
     def eos_id(self) -> int:
         return self.vocab.stoi[EOS]
 
+    def decode(self, ids) -> str:
+        """Ids -> the characters they spell, up to ``</s>``, without special tokens (the form
+        of a problem's answer: the per-example predictions file shows it)."""
+        return "".join(self.vocab.decode(ids))
+
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return

@@ -536,7 +536,7 @@ class NLIDataModule(L.LightningDataModule):
                 split, path, stats.examples, stats.dropped_no_gold, stats.dropped_empty)
         itos = list(table)
         self._vocab = self._load_or_build_vocab(  # premise, hypothesis, ... in file order
-            [itos[i] for i in ids.tolist()] for ids, _ in interned["train"].sequences)
+            [itos[i] for i in ids.tolist()] for ids, *_ in interned["train"].sequences)
         lookup = torch.tensor([self._vocab[t] for t in itos], dtype=torch.long)
         self.datasets = {split: _remap(data, lookup) for split, data in interned.items()}
 

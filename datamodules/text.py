@@ -326,9 +326,11 @@ class PackedSequences(Dataset):
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def __getitem__(self, i: int) -> tuple[Tensor, int | None]:
+    def __getitem__(self, i: int) -> tuple[Tensor, int | None, int]:
+        """(ids, label or None, i): the position travels with the example, so a batch says
+        which examples it holds (``index``: per-example test predictions)."""
         ids = self.ids[self.offsets[i]:self.offsets[i + 1]]
-        return ids, (None if self.labels is None else int(self.labels[i]))
+        return ids, (None if self.labels is None else int(self.labels[i])), i
 
     @property
     def lengths(self) -> list[int]:
@@ -362,11 +364,14 @@ class PackedPairs(Dataset):
         return self.sequences.offsets.diff().view(-1, 2)
 
 
-def collate_classification(batch: Sequence[tuple[Tensor, int]], pad_id: int) -> dict[str, Tensor]:
-    """``tokens`` (B,L) long, ``mask`` (B,L) bool (True = real token), ``label`` (B,) long."""
-    tokens, mask = pad([ids for ids, _ in batch], pad_id)
+def collate_classification(batch: Sequence[tuple[Tensor, int, int]],
+                           pad_id: int) -> dict[str, Tensor]:
+    """``tokens`` (B,L) long, ``mask`` (B,L) bool (True = real token), ``label`` (B,) long,
+    ``index`` (B,) each example's position in its split."""
+    tokens, mask = pad([ids for ids, _, _ in batch], pad_id)
     return {"tokens": tokens, "mask": mask,
-            "label": torch.tensor([label for _, label in batch], dtype=torch.long)}
+            "label": torch.tensor([label for _, label, _ in batch], dtype=torch.long),
+            "index": torch.tensor([i for _, _, i in batch], dtype=torch.long)}
 
 
 # ---------------------------------------------------------------------------------------

@@ -844,11 +844,14 @@ def log_predictions(trainer, since: float | None = None) -> None:
     ``<key>_rows`` and ``<key>_logged_rows`` say how many there are and how many were
     logged).  A table that cannot be logged is a warning, never a failed run."""
     loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
-    if not loggers or not trainer.is_global_zero or not trainer.log_dir:
+    if not loggers:
+        return
+    log_dir = trainer.log_dir  # a broadcast under DDP: every process asks
+    if not trainer.is_global_zero or not log_dir:
         return
     import wandb
 
-    for key, path in prediction_files(Path(trainer.log_dir), since).items():
+    for key, path in prediction_files(Path(log_dir), since).items():
         try:
             columns, rows, total = read_predictions(path)
             table = wandb.Table(columns=columns, data=rows, allow_mixed_types=True)

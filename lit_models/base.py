@@ -3,9 +3,12 @@ parameter count, the training speed, and the attention tags logged with each run
 
 from __future__ import annotations
 
+import json
 import math
 import time
-from typing import Literal
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import ClassVar, Literal
 
 import lightning as L
 import torch
@@ -24,7 +27,11 @@ def gather_objects(obj) -> list:
 
 class AttnReproModule(L.LightningModule):
     """Base class.  Subclasses call ``super().__init__(lr=..., ...)`` with their optimiser
-    settings and set ``self.mechanisms`` (name -> Mechanism) for the run's tags."""
+    settings and set ``self.mechanisms`` (name -> Mechanism) for the run's tags; their test
+    steps hand each example's prediction to :meth:`keep_predictions`."""
+
+    #: what a test run writes beside its metrics (experiments/runner.py names it)
+    predictions_file: ClassVar[str] = "predictions-test.jsonl"
 
     def __init__(self, lr: float = 1e-3, weight_decay: float = 0.0,
                  schedule: Literal["constant", "inverse_sqrt", "linear"] = "constant",
@@ -36,6 +43,7 @@ class AttnReproModule(L.LightningModule):
                           max_steps=max_steps_for_schedule)
         self.mechanisms: dict[str, Mechanism] = {}
         self.means = torch.nn.ModuleDict()  # log_mean's metrics, by logged name
+        self._prediction_rows: dict[int, list[dict]] = {}  # keep_predictions -> test files
 
     def log_mean(self, name: str, value: torch.Tensor, weight: int | float | torch.Tensor,
                  **kwargs) -> None:
@@ -49,6 +57,43 @@ class AttnReproModule(L.LightningModule):
             self.means[key] = MeanMetric().to(self.device)
         self.means[key].update(value.detach(), weight=weight)
         self.log(name, self.means[key], metric_attribute=f"means.{key}", **kwargs)
+
+    # -- per-example test predictions (predictions-test[_<split>].jsonl in the run folder)
+    def keep_predictions(self, rows: Iterable[dict], dataloader_idx: int = 0) -> None:
+        """Keep this test batch's rows for :meth:`write_predictions`: one JSON-able dict per
+        example, with ``id`` = the example's position in its split (file order)."""
+        self._prediction_rows.setdefault(dataloader_idx, []).extend(rows)
+
+    def write_predictions(self, suffix: Callable[[int], str] = lambda idx: "") -> list[Path]:
+        """Write the rows kept since the last call, gathered from every process, to
+        ``predictions-test<suffix(dataloader_idx)>.jsonl`` in the run folder: one line per
+        example in ``id`` order, each example once (a distributed sampler's repeated
+        examples are dropped: the first row of an id is kept).  Returns the files written
+        (none off rank 0 or without a log folder)."""
+        kept, self._prediction_rows = self._prediction_rows, {}
+        gathered = gather_objects(kept)
+        if self._trainer is None:
+            return []
+        log_dir = self.trainer.log_dir  # a broadcast under DDP: every process asks
+        if not self.trainer.is_global_zero or not log_dir:
+            return []
+        written = []
+        for idx in sorted({i for part in gathered for i in part}):
+            rows: dict[int, dict] = {}
+            for part in gathered:
+                for row in part.get(idx, []):
+                    rows.setdefault(int(row["id"]), row)
+            path = Path(log_dir) / f"predictions-test{suffix(idx)}.jsonl"
+            path.write_text("".join(json.dumps(rows[k]) + "\n" for k in sorted(rows)),
+                            encoding="utf-8")
+            written.append(path)
+        return written
+
+    def on_test_epoch_start(self) -> None:
+        self._prediction_rows = {}
+
+    def on_test_epoch_end(self) -> None:
+        self.write_predictions()
 
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

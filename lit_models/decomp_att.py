@@ -34,11 +34,9 @@ batch per member (the latent mixture's routing).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
-from typing import ClassVar, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -48,7 +46,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from attention import Mechanism, build
 from attention.masking import check_mask, masked_softmax
 from attention.softmax import softmax
-from lit_models.base import AttnReproModule, gather_objects
+from lit_models.base import AttnReproModule
 from lit_models.metrics import GroupedRanking
 
 
@@ -349,9 +347,6 @@ class DecompAtt(AttnReproModule):
         plot_pairs: validation pairs drawn as heat maps to W&B (0: none).
     """
 
-    #: what a test run writes beside its metrics (experiments/runner.py names it)
-    predictions_file: ClassVar[str] = "predictions-test.jsonl"
-
     def __init__(
         self,
         vocab_size: int,
@@ -406,7 +401,6 @@ class DecompAtt(AttnReproModule):
         self.accuracy = nn.ModuleDict()  # "<stage>_<dataloader>" -> MulticlassAccuracy
         self.ranking = nn.ModuleDict()  # the same keys -> GroupedRanking (ranking batches)
         self._plot_batch: dict[str, Tensor] | None = None
-        self._test_rows: dict[int, list[dict[str, Tensor]]] = {}  # -> predictions-test.jsonl
         self.register_buffer("best_val_acc", torch.zeros(()))
         self.register_buffer("best_val_map", torch.zeros(()))  # and the MRR of that validation
         self.register_buffer("best_val_map_mrr", torch.zeros(()))
@@ -498,11 +492,8 @@ class DecompAtt(AttnReproModule):
                 self.ranking[key] = GroupedRanking().to(self.device)
             self.ranking[key].update(log_p[:, 1], y, batch["group"], batch["index"])
         if stage == "test":
-            rows = {"index": batch["index"], "gold": y, "log_p": log_p}
-            if "group" in batch:
-                rows["group"] = batch["group"]
-            self._test_rows.setdefault(dataloader_idx, []).append(
-                {k: v.detach().cpu() for k, v in rows.items()})
+            self.keep_predictions(self._prediction_rows_of(batch, log_p, dataloader_idx),
+                                  dataloader_idx)
         self._evaluate_more(batch, member, stage, suffix)
         return member
 
@@ -568,45 +559,30 @@ class DecompAtt(AttnReproModule):
             self.log("val/mrr_at_best_map", self.best_val_map_mrr)
         self._plot_attention()
 
-    def on_test_epoch_start(self) -> None:
-        self._test_rows: dict[int, list[dict[str, Tensor]]] = {}
-
     def on_test_epoch_end(self) -> None:
         self._log_ranking("test")
-        self._write_predictions()
+        self.write_predictions(lambda idx: self._suffix("test", idx))
 
-    def _write_predictions(self) -> None:
-        """``predictions-test[_<split>].jsonl`` in the run folder: one line per test example
-        (gathered from every process, each example once, in split order) with its ``id``
-        (position in the split), ``line`` (in the split's file), ``gold``, ``prediction``,
-        ``log_probs`` of every class and, for ranking, ``group`` and ``score`` = log
-        p(relevant), the ranking key."""
-        gathered = gather_objects(getattr(self, "_test_rows", {}))
-        if not self.trainer.is_global_zero or not self.trainer.log_dir:
-            return
+    def _prediction_rows_of(self, batch, log_p: Tensor, dataloader_idx: int) -> list[dict]:
+        """``predictions-test[_<split>].jsonl`` rows of a test batch: ``id`` (position in the
+        split), ``line`` (in the split's file), ``gold``, ``prediction``, ``log_probs`` of
+        every class and, for ranking, ``group`` and ``score`` = log p(relevant), the ranking
+        key."""
         datamodule = getattr(self.trainer, "datamodule", None)
         splits = getattr(datamodule, "test_splits", None) or ()
-        for idx in sorted({i for part in gathered for i in part}):
-            batches = [b for part in gathered for b in part.get(idx, [])]
-            columns = {k: torch.cat([b[k] for b in batches]) for k in batches[0]}
-            dataset = getattr(datamodule, "datasets", {}).get(splits[idx]) \
-                if idx < len(splits) else None
-            lines = getattr(dataset, "lines", None)
-            seen: dict[int, dict] = {}
-            for i in range(len(columns["index"])):
-                index = int(columns["index"][i])
-                if index in seen:  # a distributed sampler's repeated example
-                    continue
-                log_p = columns["log_p"][i]
-                row = {"id": index, "line": int(lines[index]) if lines is not None else None,
-                       "gold": int(columns["gold"][i]), "prediction": int(log_p.argmax()),
-                       "log_probs": [round(float(v), 6) for v in log_p]}
-                if "group" in columns:
-                    row |= {"group": int(columns["group"][i]), "score": float(log_p[1])}
-                seen[index] = row
-            path = Path(self.trainer.log_dir) / f"predictions-test{self._suffix('test', idx)}.jsonl"
-            path.write_text("".join(json.dumps(seen[k]) + "\n" for k in sorted(seen)),
-                            encoding="utf-8")
+        dataset = getattr(datamodule, "datasets", {}).get(splits[dataloader_idx]) \
+            if dataloader_idx < len(splits) else None
+        lines = getattr(dataset, "lines", None)
+        log_p = log_p.detach().cpu()
+        rows = []
+        for i, (index, gold) in enumerate(zip(batch["index"].tolist(), batch["label"].tolist())):
+            row = {"id": index, "line": int(lines[index]) if lines is not None else None,
+                   "gold": gold, "prediction": int(log_p[i].argmax()),
+                   "log_probs": [round(float(v), 6) for v in log_p[i]]}
+            if "group" in batch:
+                row |= {"group": int(batch["group"][i]), "score": float(log_p[i, 1])}
+            rows.append(row)
+        return rows
 
     def _plot_attention(self) -> None:
         batch, self._plot_batch = self._plot_batch, None

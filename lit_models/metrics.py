@@ -19,13 +19,19 @@ class SequenceExactMatch(Metric):
         self.add_state("correct", default=torch.tensor(0), dist_reduce_fx="sum")
         self.add_state("total", default=torch.tensor(0), dist_reduce_fx="sum")
 
-    def update(self, pred: torch.Tensor, target: torch.Tensor, target_mask: torch.Tensor) -> None:
-        """pred (B, Lp) ids, target (B, Lt) ids ending with eos, target_mask (B, Lt)."""
+    @staticmethod
+    def matches(pred: torch.Tensor, target: torch.Tensor,
+                target_mask: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: whether each prediction equals its target up to and including eos;
+        pred (B, Lp) ids, target (B, Lt) ids ending with eos, target_mask (B, Lt)."""
         lt = target.shape[1]
         if pred.shape[1] < lt:  # a shorter prediction cannot match beyond its end
             pred = torch.nn.functional.pad(pred, (0, lt - pred.shape[1]), value=-1)
-        same = (pred[:, :lt] == target) | ~target_mask
-        self.correct += same.all(dim=1).sum()
+        return ((pred[:, :lt] == target) | ~target_mask).all(dim=1)
+
+    def update(self, pred: torch.Tensor, target: torch.Tensor, target_mask: torch.Tensor) -> None:
+        """pred (B, Lp) ids, target (B, Lt) ids ending with eos, target_mask (B, Lt)."""
+        self.correct += self.matches(pred, target, target_mask).sum()
         self.total += target.shape[0]
 
     def compute(self) -> torch.Tensor:

@@ -24,7 +24,9 @@ datamodules/translation.py), also ``bleu`` as the paper reports it (the DataModu
 detokenized with sacreBLEU's 13a tokenizer (lit_models/bleu.py).  Both signatures go to the
 loggers' hyper-parameters (W&B config, the CSV logger's hparams.yaml) and, with the
 hypotheses of every test example, to the run directory (``hypotheses-test.jsonl``,
-``bleu-test.json``).
+``bleu-test.json``).  Without references (exact match: MLU, AlgoLisp), a test writes
+``predictions-test.jsonl`` instead: each example's prediction, gold, whether it is an exact
+match and its beam score.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from torch import Tensor
 from lit_models.base import gather_objects
 from lit_models.bleu import translation_bleu, write_translation_report
 from lit_models.decoding import Hypotheses, beam_search, select_rows
+from lit_models.metrics import SequenceExactMatch
 
 
 def check_decoding(beam_size: int, max_len_a: float, max_decode_len: int) -> None:
@@ -57,7 +60,8 @@ class Seq2SeqTask:
     """Training, validation and test steps of a seq2seq model (module docstring)."""
 
     #: what a test run writes beside its metrics, where the data has references
-    predictions_file = "hypotheses-test.jsonl (where the data has references)"
+    predictions_file = ("hypotheses-test.jsonl (where BLEU is scored), else "
+                        "predictions-test.jsonl")
 
     def loss(self, logits: Tensor, batch, smoothing: float) -> Tensor:
         return F.cross_entropy(logits.transpose(1, 2), batch["tgt_out"],
@@ -96,11 +100,35 @@ class Seq2SeqTask:
         metric = getattr(self, f"{stage}_exact")
         metric.update(hypotheses.tokens, batch["tgt_out"], batch["tgt_mask"])
         self.log(f"{stage}/exact_match", metric, batch_size=bsz, prog_bar=True)
-        if "index" in batch and scores_bleu(self._datamodule()):
-            lengths = hypotheses.nbest_lengths[:, 0].tolist()
+        if "index" not in batch:
+            return
+        lengths = hypotheses.nbest_lengths[:, 0].tolist()
+        if scores_bleu(self._datamodule()):  # -> BLEU and hypotheses-test.jsonl
             self._decoded.setdefault(stage, []).extend(
                 (int(i), row[:n]) for i, row, n in zip(batch["index"].tolist(),
                                                        hypotheses.tokens.tolist(), lengths))
+        elif stage == "test":  # exact match: -> predictions-test.jsonl
+            self.keep_predictions(self._exact_match_rows(batch, hypotheses, lengths))
+
+    def _exact_match_rows(self, batch, hypotheses, lengths: list[int]) -> list[dict]:
+        """predictions-test.jsonl rows: ``id`` (position in the split), ``prediction`` and
+        ``gold`` (decoded by the DataModule's ``decode`` when it has one, else ids; eos not
+        shown), ``correct`` (the exact-match criterion) and ``score`` (the hypothesis'
+        beam-search score)."""
+        decode = getattr(self._datamodule(), "decode", None)
+        correct = SequenceExactMatch.matches(hypotheses.tokens, batch["tgt_out"],
+                                             batch["tgt_mask"]).tolist()
+        golds = [row[:n] for row, n in zip(batch["tgt_out"].tolist(),
+                                           batch["tgt_mask"].sum(1).tolist())]
+        rows = []
+        for k, index in enumerate(batch["index"].tolist()):
+            pred = hypotheses.tokens[k, :lengths[k]].tolist()
+            rows.append({"id": index,
+                         "prediction": decode(pred) if decode else pred,
+                         "gold": decode(golds[k]) if decode else golds[k],
+                         "correct": bool(correct[k]),
+                         "score": round(float(hypotheses.scores[k]), 6)})
+        return rows
 
     def _datamodule(self):
         return getattr(self._trainer, "datamodule", None) if self._trainer else None
@@ -116,6 +144,7 @@ class Seq2SeqTask:
 
     def on_test_epoch_start(self):
         self._decoded = {"test": []}
+        super().on_test_epoch_start()  # AttnReproModule: the predictions of this test
 
     def on_validation_epoch_end(self):
         if not self.trainer.sanity_checking:
@@ -123,6 +152,7 @@ class Seq2SeqTask:
 
     def on_test_epoch_end(self):
         self._log_bleu("test")
+        super().on_test_epoch_end()  # AttnReproModule: predictions-test.jsonl
 
     def _log_bleu(self, stage: str) -> None:
         """BLEU of this epoch's hypotheses (every process's, gathered) against the
@@ -139,10 +169,11 @@ class Seq2SeqTask:
                                   [ids for _, ids in decoded])
         self.log(f"{stage}/bleu", report["bleu"]["score"], rank_zero_only=True)
         self.log(f"{stage}/sacrebleu", report["sacrebleu"]["score"], rank_zero_only=True)
+        log_dir = self.trainer.log_dir  # a broadcast under DDP: every process asks
         if self.trainer.is_global_zero:
             for logger in self.loggers:
                 logger.log_hyperparams({f"{stage}/bleu_signature": report["bleu"]["signature"],
                                         f"{stage}/sacrebleu_signature":
                                             report["sacrebleu"]["signature"]})
-            if stage == "test" and self.trainer.log_dir:
-                write_translation_report(Path(self.trainer.log_dir), stage, report)
+            if stage == "test" and log_dir:
+                write_translation_report(Path(log_dir), stage, report)

@@ -240,6 +240,12 @@ class TransformerClassifier(Transformer):
         else:
             self.log_mean(f"{stage}/loss", loss, bsz)
         self.log(f"{stage}/acc", metric, batch_size=bsz, prog_bar=stage != "train")
+        if stage == "test" and "index" in batch:  # -> predictions-test.jsonl
+            log_p = F.log_softmax(logits.detach().float(), -1).cpu()
+            self.keep_predictions(
+                {"id": i, "gold": gold, "prediction": int(lp.argmax()),
+                 "log_probs": [round(float(v), 6) for v in lp]}
+                for i, gold, lp in zip(batch["index"].tolist(), batch["label"].tolist(), log_p))
         return loss
 
     def training_step(self, batch, batch_idx):
@@ -312,6 +318,12 @@ class TransformerLM(Transformer):
         metric = getattr(self, f"{stage}_perplexity")
         metric.update(nll, batch["mask"])
         self.log(f"{stage}/perplexity", metric, prog_bar=True)
+        if stage == "test" and "index" in batch:  # -> predictions-test.jsonl
+            sums = nll.detach().double().masked_fill(~batch["mask"], 0.0).sum(1).tolist()
+            self.keep_predictions(
+                {"id": i, "tokens": n, "nll": round(total, 6)}
+                for i, n, total in zip(batch["index"].tolist(),
+                                       batch["mask"].sum(1).tolist(), sums))
 
     def validation_step(self, batch, batch_idx):
         self._evaluate(batch, "val")

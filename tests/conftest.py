@@ -8,6 +8,7 @@ pytest."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -106,3 +107,8 @@ def last_values(path: Path) -> dict[str, float]:
         for row in csv.DictReader(f):
             out.update({k: float(v) for k, v in row.items() if v not in ("", None)})
     return out
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON Lines file (a run's predictions-test.jsonl)."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]

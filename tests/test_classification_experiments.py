@@ -17,7 +17,7 @@ from datamodules.common import shared_data_dir
 from experiments import coda_sentiment, dwin_classification, dwin_lm
 from experiments.runner import run_cli
 from lit_models.transformer import TransformerClassifier
-from tests.conftest import last_values, run, shared_path
+from tests.conftest import last_values, read_jsonl, run, shared_path
 from tests.wandb_records import records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +66,13 @@ def test_coda_sentiment_grid_on_both_datasets(env, tmp_path):
     logged = wandb_config(run_dir)
     assert logged["n_parameters"] == model.n_parameters()
     assert logged["attention/encoder"] == "coda"
+    # every test example's prediction: the logged accuracy recomputed from the file
+    rows = read_jsonl(run_dir / "predictions-test.jsonl")
+    assert [r["id"] for r in rows] == list(range(12))  # the fixture's 6 + 6 reviews
+    assert set(rows[0]) == {"id", "gold", "prediction", "log_probs"}
+    assert all(r["prediction"] == max(range(2), key=r["log_probs"].__getitem__) for r in rows)
+    assert sum(r["prediction"] == r["gold"] for r in rows) / len(rows) == \
+        pytest.approx(values["test/acc"])
 
 
 def test_dwin_classification_fit_on_the_linzen_files(env, tmp_path):
@@ -95,6 +102,11 @@ def test_dwin_lm_cell_and_its_perplexity_report(env, tmp_path):
     vocab_size = yaml.safe_load((run_dir / "hparams.yaml").read_text())["vocab_size"]
     assert vocab_size == 4 + 15  # specials and the 15 words of the synthetic fixture
     assert values["test/perplexity"] < vocab_size  # learnt something: below uniform
+    # every test sentence's NLL: the logged perplexity recomputed from the file
+    rows = read_jsonl(run_dir / "predictions-test.jsonl")
+    assert [r["id"] for r in rows] == list(range(len(rows)))
+    assert math.exp(sum(r["nll"] for r in rows) / sum(r["tokens"] for r in rows)) == \
+        pytest.approx(values["test/perplexity"], rel=1e-5)
     assert wandb_config(run_dir)["attention/decoder"] == "window(variant=mw)"
     report = run(SCRIPTS / "dwin_lm.py", ["report", "table6", "--smoke"], env)
     # perplexity in its own units (scale 1), not as a percentage

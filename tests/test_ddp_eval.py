@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import last_values, run, shared_path
+from tests.conftest import last_values, read_jsonl, run, shared_path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "experiments" / "configs"
@@ -49,3 +49,31 @@ def test_validation_on_two_processes_equals_one(env, tmp_path):
             path.parent.rename(path.parent.with_name(f"{script}-devices{devices}"))
         for key in keys:
             assert values[2][key] == pytest.approx(values[1][key], rel=1e-5), (script, key)
+
+
+def test_test_predictions_on_two_processes_equal_one(env, tmp_path):
+    """``test`` on 2 processes writes the same per-example predictions file as on one (each
+    example once, in split order) and logs the same metric: seq2seq exact match (MLU) and
+    classification accuracy (the aclImdb fixture)."""
+    env = {**env, "ATTNREPRO_COMPILE": "0"}
+    for script, configs, key in [
+            ("coda_mlu.py", [CONFIGS / "coda_mlu" / "smoke.yaml"], "test/exact_match"),
+            ("coda_sentiment.py", [CONFIGS / "coda_sentiment" / "smoke.yaml",
+                                   CONFIGS / "coda_sentiment" / "smoke" / "imdb.yaml"],
+             "test/acc")]:
+        values, rows = {}, {}
+        for devices in (1, 2):
+            out = run(ROOT / "experiments" / script,
+                      ["test", *[a for c in configs for a in ("--config", str(c))],
+                       "--trainer.accelerator", "cpu", "--trainer.devices", str(devices),
+                       *(["--trainer.strategy", "ddp"] if devices > 1 else []),
+                       "--run.wandb", "false", "--run.name", f"test{devices}"], env,
+                      timeout=600)
+            if devices > 1:
+                assert "GLOBAL_RANK: 1, MEMBER: 2/2" in out, out
+            path = next((tmp_path / "runs").rglob(f"test{devices}/metrics.csv"))
+            values[devices] = last_values(path)[key]
+            rows[devices] = read_jsonl(path.parent / "predictions-test.jsonl")
+            path.parent.rename(path.parent.with_name(f"{script}-test{devices}"))
+        assert rows[2] == rows[1] and len(rows[1]) in (64, 12), script  # the whole test split
+        assert values[2] == pytest.approx(values[1], rel=1e-6), script

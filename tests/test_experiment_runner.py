@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import last_values, run
+from tests.conftest import last_values, read_jsonl, run
 from tests.wandb_records import history
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +39,14 @@ def test_fit_logs_to_csv_and_offline_wandb_with_a_mid_training_checkpoint(env, t
     logged = history(runs[0])
     assert logged["test/exact_match"][-1] == pytest.approx(csv_values["test/exact_match"])
     assert len(logged["train/loss"]) >= 2
+    # every test example's prediction: the logged exact match recomputed from the file
+    rows = read_jsonl(run_dir / "predictions-test.jsonl")
+    assert [r["id"] for r in rows] == list(range(len(rows))) and len(rows) == 64
+    assert set(rows[0]) == {"id", "prediction", "gold", "correct", "score"}
+    assert all(isinstance(r["gold"], str) and r["gold"] for r in rows)  # decoded answers
+    assert all(r["correct"] == (r["prediction"] == r["gold"]) for r in rows)
+    assert sum(r["correct"] for r in rows) / len(rows) == \
+        pytest.approx(csv_values["test/exact_match"])
 
 
 def test_grid_sweep_and_report(env, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from lit_models.bleu import tokenized_bleu
-from tests.conftest import finish, last_values, run, shared_path, start
+from tests.conftest import finish, last_values, read_jsonl, run, shared_path, start
 from tests.wandb_records import history
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,6 +88,11 @@ def test_coda_text2code_smoke_grid_and_report(env, tmp_path):
     values = last_values(tmp_path / "runs" / "coda_text2code" / "table7-smoke"
                          / "coda-seed0" / "metrics.csv")
     assert "test/exact_match" in values and "test/bleu" not in values  # no BLEU for code
+    rows = read_jsonl(tmp_path / "runs" / "coda_text2code" / "table7-smoke" / "coda-seed0"
+                      / "predictions-test.jsonl")  # programs as text, exact match per row
+    assert [r["id"] for r in rows] == list(range(len(rows)))
+    assert all(isinstance(r["prediction"], str) and isinstance(r["gold"], str) for r in rows)
+    assert sum(r["correct"] for r in rows) / len(rows) == pytest.approx(values["test/exact_match"])
 
 
 def test_qadm_mt_table1_smoke_cells_both_datasets(env, tmp_path):
