@@ -25,6 +25,17 @@ def gather_objects(obj) -> list:
     return [obj]
 
 
+def peak_memory_mb(device: torch.device) -> float:
+    """The peak memory of this process so far, in MB: on a CUDA device torch's peak of
+    allocated tensor bytes; on the CPU the process's peak resident set (getrusage's
+    ru_maxrss: tensors, data, Python and libraries, every thread)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
 class AttnReproModule(L.LightningModule):
     """Base class.  Subclasses call ``super().__init__(lr=..., ...)`` with their optimiser
     settings and set ``self.mechanisms`` (name -> Mechanism) for the run's tags; their test
@@ -106,6 +117,21 @@ class AttnReproModule(L.LightningModule):
         for logger in self.loggers:
             logger.log_hyperparams({"n_parameters": self.n_parameters(), **tags})
         self._speed = {"steps": -self.untimed_steps, "seconds": 0.0, "start": None}
+
+    def on_train_start(self) -> None:
+        self._fit_started = time.perf_counter()
+
+    def on_train_end(self) -> None:
+        """Logs the run's cost beside its quality (every report shows it): ``train/wall_seconds``,
+        the training loop's wall time (validation included, the test not), and
+        ``train/peak_memory_mb`` (:func:`peak_memory_mb`)."""
+        started = getattr(self, "_fit_started", None)
+        if started is None:
+            return
+        cost = {"train/wall_seconds": time.perf_counter() - started,
+                "train/peak_memory_mb": peak_memory_mb(self.device)}
+        for logger in self.loggers:
+            logger.log_metrics(cost, step=self.global_step)
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
         if hasattr(self, "_speed"):
