@@ -20,6 +20,7 @@ EXPERIMENT = Experiment(
     grids={
         "table6": Grid(
             name="table6",
+            claims=[("transformer", "coda")],
             title="CoDA Table 6: Mathematical Language Understanding, exact match per sequence (%)",
             metrics={"Acc": "test/exact_match"},
             curve="val/exact_match",
@@ -35,6 +36,7 @@ EXPERIMENT = Experiment(
         # without the 1/sqrt(d) of Eq. 10 (footnote 3), and CoDA in the encoder only
         "curve": Grid(
             name="curve",
+            claims=[("transformer", "coda")],
             title="CoDA Table 6 learning curves: MLU exact match per sequence (%), "
                   "Transformer, CoDA everywhere, CoDA without 1/sqrt(d), CoDA in the encoder",
             metrics={"Acc": "test/exact_match"},

@@ -36,6 +36,7 @@ EXPERIMENT = Experiment(
     grids={
         "table4": Grid(
             name="table4",
+            claims=[("transformer", "coda")],
             title="CoDA Table 4: IWSLT'15 En-Vi, test BLEU (tst2013)",
             metrics={"BLEU": "test/bleu"},
             scale=1.0,

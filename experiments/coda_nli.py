@@ -57,6 +57,7 @@ EXPERIMENT = Experiment(
     grids={
         "table3": Grid(
             name="table3",
+            claims=[(f"{name}-softmax", f"{name}-coda") for name in TABLE3],
             title="CoDA Table 3: DecompAtt vs. DecompAtt + CoDA, NLI test accuracy (%)",
             metrics={"Acc": "test/acc", "MNLI mm": "test/acc_mismatched"},
             cells=[Cell(f"{name}-{mech}",

@@ -45,6 +45,7 @@ EXPERIMENT = Experiment(
     grids={
         "table2": Grid(
             name="table2",
+            claims=[(f"{name}-softmax", f"{name}-coda") for name in TABLE2],
             title="CoDA Table 2: DecompAtt vs. DecompAtt + CoDA on answer and response "
                   "selection (MAP / MRR, R10@1, %)",
             metrics={"MAP": "test/map", "MRR": "test/mrr", "R10@1": "test/p@1"},

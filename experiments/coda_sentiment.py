@@ -34,6 +34,7 @@ EXPERIMENT = Experiment(
     grids={
         "table5": Grid(
             name="table5",
+            claims=[(f"{data}-transformer", f"{data}-coda") for data in ("imdb", "sst")],
             title="CoDA Table 5: sentiment analysis, test accuracy (%)",
             metrics={"Acc": "test/acc"},
             cells=[Cell(f"{data}-{ROWS[attention]}",

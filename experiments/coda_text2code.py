@@ -20,6 +20,7 @@ EXPERIMENT = Experiment(
     grids={
         "table7": Grid(
             name="table7",
+            claims=[("transformer", "coda")],
             title="CoDA Table 7: AlgoLisp text to code, exact match per program (%)",
             metrics={"Acc": "test/exact_match"},
             curve="val/exact_match",

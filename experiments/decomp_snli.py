@@ -32,6 +32,7 @@ EXPERIMENT = Experiment(
     grids={
         "table1": Grid(
             name="table1",
+            claims=[("vanilla", "intra"), ("vanilla", "exact"), ("vanilla", "latent")],
             title="SNLI write-up Table 1: decomposable attention and ensembles, SNLI accuracy (%)",
             metrics={"Val acc": "val/acc", "Test acc": "test/acc"},
             cells=[

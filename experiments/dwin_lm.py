@@ -27,6 +27,7 @@ EXPERIMENT = Experiment(
     grids={
         "table6": Grid(
             name="table6",
+            claims=[("softmax", "window-mw"), ("softmax", "window-aw"), ("relative", "window-aw")],
             title="Differentiable Window Table 6: One Billion Word, test perplexity",
             metrics={"PPL": "test/perplexity"},
             scale=1.0,  # perplexity is logged in its own units

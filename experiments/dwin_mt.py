@@ -80,6 +80,11 @@ EXPERIMENT = Experiment(
     grids={
         "table1": Grid(
             name="table1",
+            claims=[(f"{pair}-{baseline}", f"{pair}-{row}") for pair in TABLE1
+                    for baseline, row in (("transformer", "enc_aw-dec_mw"),
+                                          ("transformer", "cr_aw_seg"),
+                                          ("transformer", "enc_aw-cr_aw_seg-dec_mw"),
+                                          ("localness", "enc_aw-cr_aw_seg-dec_mw"))],
             title="Differentiable Window Table 1: WMT'14 En-De and En-Fr, test BLEU "
                   "(newstest2014)",
             metrics={"BLEU": "test/bleu"},
@@ -92,6 +97,8 @@ EXPERIMENT = Experiment(
         ),
         "table2": Grid(
             name="table2",
+            claims=[("transformer", f"{method}-{module}-{extent}") for method, module in TABLE2
+                    for extent in ("full", "partial")],
             title="Differentiable Window Table 2: AW / MW in one module, all 6 layers (full) "
                   "vs the first 3 (partial), WMT'14 En-De test BLEU",
             metrics={"BLEU": "test/bleu"},
@@ -108,6 +115,8 @@ EXPERIMENT = Experiment(
         ),
         "table3": Grid(
             name="table3",
+            claims=[("cr_aw-token", "cr_aw-segment"), ("enc_aw-dec_mw-token",
+                                                       "enc_aw-dec_mw-segment")],
             title="Differentiable Window Table 3: token- vs segment-based masking, WMT'14 "
                   "En-De test BLEU",
             metrics={"BLEU": "test/bleu"},
@@ -128,6 +137,8 @@ EXPERIMENT = Experiment(
         ),
         "table4": Grid(
             name="table4",
+            claims=[("transformer", "enc_aw-cr_aw_seg-dec_mw"),
+                    ("transformer_8_layers", "enc_aw-cr_aw_seg-dec_mw")],
             title="Differentiable Window Table 4: size and training speed, WMT'14 En-De",
             metrics={"Params (M)": "hparams/n_parameters",
                      "Steps/s": "train/steps_per_second", "BLEU": "test/bleu"},

@@ -50,6 +50,9 @@ EXPERIMENT = Experiment(
     grids={
         "table1": Grid(
             name="table1",
+            claims=[(f"{pair}-{baseline}", f"{pair}-{density}") for pair in TABLE1
+                    for baseline, density in (("additive", "mqt"), ("additive", "aqt"),
+                                              ("structured", "mqt"))],
             title="Attention density matrix Table 1: LSTM seq2seq, dev / test BLEU",
             metrics={"Dev BLEU": "val/bleu", "Test BLEU": "test/bleu"},
             scale=1.0,

@@ -111,6 +111,17 @@ class Grid:
     goal: str = "maximize"  # of the first metric, for the W&B sweep ("minimize": perplexity)
     #: the validation metric whose learning curve ``report --curve`` tabulates per step
     curve: str | None = None
+    #: the comparisons the paper claims, (baseline cell, proposal cell): ``report`` tests
+    #: each on the per-example test predictions of the runs (experiments/significance.py)
+    claims: list[tuple[str, str]] = field(default_factory=list)
+
+    def __post_init__(self):
+        names = {c.name for c in self.cells}
+        for pair in self.claims:
+            unknown = [n for n in pair if n not in names]
+            if unknown or len(pair) != 2:
+                raise ValueError(f"grid {self.name!r}: claim {pair!r} must name two of its "
+                                 f"cells ({', '.join(sorted(names))})")
 
     def scale_of(self, label: str) -> float:
         return self.scales.get(label, self.scale)
@@ -1219,8 +1230,37 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return m, s
 
 
+#: what every report row shows beside the quality: column -> (logged key, scale, format);
+#: mean over the cell's seeds (a column the grid already has as a metric is not repeated)
+COST_COLUMNS = {"params (M)": ("hparams/n_parameters", 1e-6, "{:.2f}"),
+                "steps/s": ("train/steps_per_second", 1.0, "{:.2f}"),
+                "peak MB": ("train/peak_memory_mb", 1.0, "{:.0f}"),
+                "wall min": ("train/wall_seconds", 1 / 60, "{:.1f}")}
+
+
+def cost_values(experiment: Experiment, grid: Grid, config: str) -> dict[str, dict[str, str]]:
+    """cell -> cost column -> the mean over its seeds, formatted ("-" where not logged)."""
+    costs = {label: key for label, (key, _, _) in COST_COLUMNS.items()
+             if key not in grid.metrics.values()}
+    probe = Grid(grid.name, grid.title, costs, grid.cells)
+    root = runs_root() / experiment.name / f"{grid.name}-{config}"
+    out = {}
+    for cell in grid.cells:
+        values: dict[str, list[float]] = {label: [] for label in costs}
+        for run_dir in cell_runs(root, cell):
+            for label, v in read_run_metrics(run_dir, probe).items():
+                if v is not None:
+                    values[label].append(v)
+        out[cell.name] = {
+            label: (COST_COLUMNS[label][2].format(
+                sum(vals) / len(vals) * COST_COLUMNS[label][1]) if vals else "-")
+            for label, vals in values.items()}
+    return out
+
+
 def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
     results = collect(experiment, grid, config)
+    costs = cost_values(experiment, grid, config)
     lines = [f"### {grid.title}", f"{experiment.name} grid {grid.name}, config {config} "
              f"({experiment.config_path(config).relative_to(PROJECT_ROOT)})", ""]
     header = ["cell"]
@@ -1229,6 +1269,7 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
         if label in grid.relative_to:
             header += [f"paper {label} / {grid.relative_to[label]}",
                        f"ours {label} / {grid.relative_to[label]}"]
+    header += list(next(iter(costs.values()), {}))
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
     def ratio(value, base) -> str:
@@ -1252,10 +1293,105 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
                 row += [ratio(paper, base.paper.get(label)),
                         ratio(mean_std(vals)[0] if vals else None,
                               mean_std(base_vals)[0] if base_vals else None)]
+        row += list(costs[cell.name].values())
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Cost: mean over the seeds of the parameters, training steps/s (training "
+              "steps only), peak memory (CPU: the process's peak resident set) and the wall "
+              "time of training (validation included); a run's machine and load set them."]
+    if grid.claims:
+        lines += ["", format_claims(experiment, grid, config)]
     if grid.note:
         lines += ["", grid.note]
     return "\n".join(lines)
+
+
+#: resamples of the paired tests in ``report`` (and their random seed: the report is the
+#: same every time it is printed)
+CLAIM_SAMPLES, CLAIM_SEED = 10_000, 0
+
+
+def format_claims(experiment: Experiment, grid: Grid, config: str) -> str:
+    """Does each gain the paper claims (its ``claims``: baseline -> proposal) hold here?
+    For each test metric of the grid with per-example units: the paired comparison over the
+    seeds both cells have (seed k with seed k) and the test examples (paired by id) of
+    experiments/significance.py, with the paper's difference beside ours."""
+    from experiments import significance as sig
+
+    root = runs_root() / experiment.name / f"{grid.name}-{config}"
+    labels = {label: key for label, key in grid.metrics.items() if sig.metric_name(key)}
+    if not labels:
+        return ("Claims: no paired test (this grid's metrics are not test metrics with "
+                "per-example predictions).")
+    lines = [f"Does the claimed gain hold? Paired over seeds (seed k of the baseline with seed "
+             f"k of the proposal: the same seed draws the same initialisation stream and data "
+             f"order; seeds are the outer level of the bootstrap) and test examples (paired "
+             f"by id, resampled once per replicate for all seeds); 95% percentile interval of "
+             f"{CLAIM_SAMPLES:,} paired bootstrap replicates; p from the bootstrap "
+             f"(approximate randomisation for MAP / MRR / P@1: units are questions); "
+             f"alpha 0.05, no correction for the number of claims "
+             f"(experiments/significance.py).", "",
+             "| claim | metric | paper diff | ours: baseline -> proposal | ours diff [95% CI] "
+             "| p | verdict | seeds x units |", "|---|---|---|---|---|---|---|---|"]
+    for baseline, proposal in grid.claims:
+        b_cell, p_cell = grid.cell(baseline), grid.cell(proposal)
+        claim = f"{proposal} vs {baseline}"
+        paper = {label: p_cell.paper[label] - b_cell.paper[label] for label in labels
+                 if b_cell.paper.get(label) is not None
+                 and p_cell.paper.get(label) is not None}
+        # the metrics the paper gives both numbers of (else the grid's first test metric)
+        for label in list(paper) or list(labels)[:1]:
+            key = labels[label]
+            shown = f"{paper[label]:+.2f}" if label in paper else "-"
+            found = _paired_units(root, b_cell, p_cell, key)
+            if isinstance(found, str):
+                lines.append(f"| {claim} | {label} | {shown} | {found} | | | | |")
+                continue
+            kind, b_stats, p_stats, n_units = found
+            name = sig.metric_name(key)[0]
+            c = sig.compare(kind, b_stats, p_stats, samples=CLAIM_SAMPLES, seed=CLAIM_SEED,
+                            test="randomization" if name in ("map", "mrr", "p@1")
+                            else "bootstrap")
+            r = c.row()
+            verdict = r["verdict"]
+            higher = sig.KINDS[kind].higher_is_better
+            if paper.get(label, 0) and (paper[label] > 0) != higher:
+                # the paper found the proposal worse: does that hold here?
+                verdict = {sig.HOLDS: sig.REVERSED, sig.REVERSED: sig.HOLDS}.get(verdict,
+                                                                                verdict)
+            lines.append(f"| {claim} | {label} | {shown} | {r['baseline']} -> {r['proposal']} "
+                         f"| {r['diff']} | {r['p']} ({c.test}) | {verdict} "
+                         f"| {c.seeds} x {n_units:,} |")
+    lines += ["", "verdict: 'holds' = significant (p < 0.05) in the paper's direction (the "
+              "proposal better, or worse where the paper's difference is negative), "
+              "'reversed' = significant the other way."]
+    return "\n".join(lines)
+
+
+def _paired_units(root: Path, baseline: Cell, proposal: Cell, key: str):
+    """(kind, baseline stats per seed, proposal stats per seed, units) over the seeds both
+    cells ran, or why there is no comparison (a short text for the table)."""
+    from experiments.significance import run_units
+
+    seeds = {}
+    for cell in (baseline, proposal):
+        seeds[cell.name] = {int(d.name[len(cell.name) + 5:]): d for d in cell_runs(root, cell)
+                            if (d / "metrics.csv").exists()}
+    common = sorted(set(seeds[baseline.name]) & set(seeds[proposal.name]))
+    if not common:
+        return "not run (no seed of both cells)"
+    kind, b_stats, p_stats = None, [], []
+    for seed in common:
+        try:
+            b_kind, b_ids, b = run_units(seeds[baseline.name][seed], key)
+            kind, p_ids, p = run_units(seeds[proposal.name][seed], key)
+        except (FileNotFoundError, ValueError) as err:
+            return f"no paired test: {err}".replace("|", "/")
+        if b_ids != p_ids:
+            return (f"no paired test: seed {seed}: the two runs' test examples differ "
+                    f"({len(b_ids)} vs {len(p_ids)} units)")
+        b_stats.append(b)
+        p_stats.append(p)
+    return kind, b_stats, p_stats, len(b_stats[0])
 
 
 def learning_curves(experiment: Experiment, grid: Grid, config: str

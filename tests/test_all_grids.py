@@ -24,7 +24,7 @@ from tests.fixtures.make_fixtures import DATASETS, FIXTURES, fixture_files
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p.stem for p in (ROOT / "experiments").glob("*.py")
-                 if p.stem not in ("__init__", "runner", "curves"))  # the two tools
+                 if p.stem not in ("__init__", "runner", "curves", "significance"))  # the tools
 DATASET_CONFIG = re.compile(r"^--config=\{config\}/(\w+)\.yaml$")
 
 

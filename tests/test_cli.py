@@ -165,7 +165,7 @@ def test_unknown_command_grid_and_config(runs, capsys):
 def test_predict_of_a_translation_experiment_names_the_hypotheses_file(runs):
     assert error(coda_mt.EXPERIMENT, ["predict"]).endswith(
         f"{runs}/coda_mt/<group>/<name>/metrics.csv and the predictions to "
-        "hypotheses-test.jsonl (where the data has references) beside it")
+        "hypotheses-test.jsonl (where BLEU is scored), else predictions-test.jsonl beside it")
 
 
 def test_missing_dataset_config(monkeypatch):

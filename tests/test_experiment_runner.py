@@ -153,10 +153,10 @@ def test_report_reads_hyperparameters_and_scales_each_column(tmp_path, monkeypat
     (run_dir / "metrics.csv").write_text("step,train/steps_per_second\n4,2.0\n9,2.5\n")
     (run_dir / "hparams.yaml").write_text("n_parameters: 60915712\nmodel: {d_model: 512}\n")
     rows = format_report(experiment, grid, "smoke").splitlines()
-    assert "| base | 63.00 | 60.92 (n=1) | 1.20 | 2.50 (n=1) | 1.00x | 1.00x |" in rows
-    assert "| ours | - | not run | - | not run | - | - |" in rows
+    assert "| base | 63.00 | 60.92 (n=1) | 1.20 | 2.50 (n=1) | 1.00x | 1.00x | - | - |" in rows
+    assert "| ours | - | not run | - | not run | - | - | - | - |" in rows
     ours = tmp_path / "runs" / "x" / "t4-smoke" / "ours-seed0"
     ours.mkdir()
     (ours / "metrics.csv").write_text("step,train/steps_per_second\n9,2.0\n")
     rows = format_report(experiment, grid, "smoke").splitlines()
-    assert "| ours | - | not run | - | 2.00 (n=1) | - | 0.80x |" in rows
+    assert "| ours | - | not run | - | 2.00 (n=1) | - | 0.80x | - | - |" in rows
