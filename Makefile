@@ -30,7 +30,7 @@ $(DEV): $(STAMP) requirements-dev.lock
 # CoDA Table 6 (MLU) at a CPU scale, both cells at once, then the paper-vs-ours table, the
 # demo's learning curves and the committed 20,000-step curves of the same models.
 demo: setup
-	$(BIN)/python experiments/coda_mlu.py grid table6 --config demo --jobs 2
+	$(BIN)/python experiments/coda_mlu.py grid table6 --config demo --jobs 2 --threads 1
 	$(BIN)/python experiments/coda_mlu.py report table6 --config demo --curve
 	@echo; echo "The same models trained 20,000 steps (committed: results/coda_mlu_curve.md):"
 	@cat results/coda_mlu_curve.md

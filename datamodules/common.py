@@ -211,9 +211,17 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.seed, self.pool, self.drop_last = seed, pool, drop_last
         self.num_replicas, self.rank = num_replicas, rank
         self.epoch = 0
+        self._resume: tuple[int, int] | None = None  # (epoch, batches already taken)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def resume(self, epoch: int, batches: int) -> None:
+        """The next pass over epoch ``epoch`` skips its first ``batches`` batches: those a
+        run had trained on when its checkpoint was saved (:class:`ResumableLoader`)."""
+        if batches < 0:
+            raise ValueError(f"cannot skip {batches} batches")
+        self._resume = (epoch, batches)
 
     def _batches(self) -> list[list[int]]:
         order = list(range(len(self.lengths)))
@@ -243,12 +251,44 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         # Lightning calls set_epoch before every epoch, so each epoch has its own order
-        yield from self._batches()
+        batches = self._batches()
+        if self._resume is not None and self._resume[0] == self.epoch:
+            batches = batches[self._resume[1]:]
+            self._resume = None
+        yield from batches
 
     def __len__(self) -> int:
         if not hasattr(self, "_len"):  # the count does not depend on the order
             self._len = len(self._batches())
         return self._len
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader over a :class:`BucketBatchSampler` that Lightning can resume in the
+    middle of an epoch: its ``state_dict`` (saved in every checkpoint) is the epoch and the
+    number of batches the training loop had processed in it, and ``load_state_dict`` makes
+    the next pass over that epoch skip them, so a resumed run trains on exactly the batches
+    the uninterrupted run would have.  Without a trainer the count is of the batches this
+    loader handed out."""
+
+    def __init__(self, *args, trainer: Any = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._trainer, self._handed_out = trainer, 0
+
+    def __iter__(self):
+        self._handed_out = 0
+        for batch in super().__iter__():
+            self._handed_out += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        loop = getattr(getattr(self._trainer, "fit_loop", None), "epoch_loop", None)
+        # batches trained on this epoch (the fetcher may already hold the next one)
+        taken = loop.batch_progress.current.processed if loop is not None else self._handed_out
+        return {"epoch": self.batch_sampler.epoch, "batches": int(taken)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.batch_sampler.resume(int(state["epoch"]), int(state["batches"]))
 
 
 def bucketed_loader(dataset: Dataset, lengths: Sequence[int], batch_size: int,
@@ -257,9 +297,13 @@ def bucketed_loader(dataset: Dataset, lengths: Sequence[int], batch_size: int,
     """The one DataLoader of every DataModule: :class:`BucketBatchSampler` batches of
     ``dataset`` by ``lengths`` (any sort key), each of ``trainer``'s processes taking its
     share (so the trainer wants ``use_distributed_sampler=False``; no trainer: one process),
-    worker processes kept from one epoch to the next."""
+    worker processes kept from one epoch to the next, resumable mid-epoch
+    (:class:`ResumableLoader`).  The loader draws its worker seeds from a generator of its
+    own (seeded by ``seed``), never from torch's global one, so creating a loader (as
+    validation does between two training steps) leaves the dropout stream alone."""
     replicas, rank = (trainer.world_size, trainer.global_rank) if trainer else (1, 0)
     sampler = BucketBatchSampler(lengths, batch_size, shuffle=shuffle, seed=seed,
                                  num_replicas=replicas, rank=rank)
-    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn,
-                      num_workers=num_workers, persistent_workers=num_workers > 0)
+    return ResumableLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn,
+                           num_workers=num_workers, persistent_workers=num_workers > 0,
+                           generator=torch.Generator().manual_seed(seed), trainer=trainer)

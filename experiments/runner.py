@@ -570,6 +570,10 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
                                      "(None/0: off)")
             parser.add_argument("--run.wandb", type=bool, default=True,
                                 help="log to W&B (offline without an API key)")
+            # the same config, seed and thread count give the same numbers: torch refuses any
+            # operation without a deterministic implementation (none on the CPU; on CUDA,
+            # --trainer.deterministic warn runs them and says which)
+            parser.set_defaults({"trainer.deterministic": True})
             prefix = "model.init_args." if experiment.subclass_mode_model else "model."
             for source, target in experiment.links:
                 # the DataModule's files first (download what is missing), then the attribute
@@ -697,7 +701,15 @@ def make_loggers(experiment: Experiment, run, model, config, subcommand: str = "
     save_dir = runs_root() / experiment.name
     run_dir = save_dir / run.group / name
     run_dir.mkdir(parents=True, exist_ok=True)
+    resumed = resumed_from(config.get("ckpt_path")) if subcommand == "fit" else None
+    earlier_rows = []
+    if resumed and resumed["run_dir"] == run_dir.resolve():
+        # the CSV logger deletes the folder's metrics.csv: keep the rows before the checkpoint
+        earlier_rows = metrics_before(run_dir / "metrics.csv", resumed["global_step"])
     loggers = [start_csv_logger(CSVLogger(save_dir=save_dir, name=run.group, version=name))]
+    if earlier_rows:
+        writer = loggers[0].experiment
+        writer.metrics = earlier_rows + writer.metrics
     if run.wandb:
         tags = [experiment.name, run.group] + [m.tag() for m in getattr(model, "mechanisms",
                                                                         {}).values()]
@@ -710,8 +722,42 @@ def make_loggers(experiment: Experiment, run, model, config, subcommand: str = "
             group=f"{experiment.name}/{run.group}", name=name, save_dir=str(run_dir),
             job_type="train" if subcommand == "fit" else "eval", mode=wandb_mode(),
             tags=sorted(set(tags)), config={**config.as_dict(), **identity},
-            settings=_wandb_settings()))
+            settings=_wandb_settings(),
+            # a resumed fit goes on in the W&B run of its checkpoint's run folder
+            **({"id": resumed["wandb_id"], "resume": "allow"}
+               if resumed and resumed["wandb_id"] else {})))
     return loggers
+
+
+def resumed_from(ckpt_path) -> dict | None:
+    """What a fit resumed from ``ckpt_path`` continues: the checkpoint's ``global_step``, its
+    run folder (``<run>/checkpoints/<file>.ckpt``) and the id of that run's latest W&B run
+    (None when it had none)."""
+    if not ckpt_path or str(ckpt_path) in ("last", "best", "hpc", "registry"):
+        return None
+    import torch
+
+    path = Path(ckpt_path).resolve()
+    step = torch.load(path, map_location="cpu", weights_only=True).get("global_step", 0)
+    folder = path.parent.parent
+    runs = sorted((folder / "wandb").glob("*run-*-*"), key=lambda d: d.stat().st_mtime)
+    runs = [d for d in runs if d.is_dir()]
+    return {"global_step": int(step), "run_dir": folder,
+            "wandb_id": runs[-1].name.rsplit("-", 1)[1] if runs else None}
+
+
+def metrics_before(path: Path, global_step: int) -> list[dict]:
+    """The rows of a Lightning metrics.csv logged before optimiser step ``global_step`` (a
+    row's ``step`` is the number of steps done before it minus one), empty cells dropped."""
+    if not path.exists():
+        return []
+    rows = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("step") not in (None, "") and int(float(row["step"])) < global_step:
+                rows.append({k: float(v) if k != "epoch" and k != "step" else int(float(v))
+                             for k, v in row.items() if v not in ("", None)})
+    return rows
 
 
 def start_csv_logger(logger):
@@ -907,8 +953,12 @@ def _grid_parser(experiment: Experiment, command: str,
         p.add_argument("--cells", nargs="*", default=None, help="only these cells")
         p.add_argument("--jobs", type=int, default=1, help="cells run in parallel")
         p.add_argument("--dry-run", action="store_true", help="print the commands only")
+        p.add_argument("--threads", type=int, default=None,
+                       help="torch threads per run (default: the cores / --jobs when --jobs > "
+                            "1); results depend on it, so fix it to compare machines")
         p.add_argument("--skip-done", action="store_true",
-                       help="keep runs whose CSV already holds every metric of the grid")
+                       help="keep runs whose CSV already holds every metric of the grid; "
+                            "resume the others that left a checkpoint from their latest")
     return p
 
 
@@ -931,15 +981,38 @@ def cell_command(experiment: Experiment, grid: Grid, cell: Cell, seed: int, conf
             f"--run.cell={cell.name}", "--run.test_after_fit=true", *extra]
 
 
-def _launch(experiment, grid, cell, seed, config, extra, threads: int | None):
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint a stopped run resumes from: ``last.ckpt``, else the one of the highest
+    ``step=N`` in its name; None without checkpoints."""
+    folder = run_dir / "checkpoints"
+    if (folder / "last.ckpt").exists():
+        return folder / "last.ckpt"
+    steps = {}
+    for path in folder.glob("*.ckpt"):
+        match = re.search(r"step=(\d+)", path.name)
+        if match:
+            steps[int(match.group(1))] = path
+    return steps[max(steps)] if steps else None
+
+
+def _launch(experiment, grid, cell, seed, config, extra, threads: int | None,
+            resume: bool = False):
+    """Start a cell's run: from scratch, or (``resume``: a rerun with --skip-done) from the
+    latest checkpoint a stopped run of it left, in the same folder and W&B run."""
     run_dir = runs_root() / experiment.name / f"{grid.name}-{config}" / f"{cell.name}-seed{seed}"
-    shutil.rmtree(run_dir, ignore_errors=True)  # a cell run starts fresh
-    run_dir.mkdir(parents=True)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is None:
+        shutil.rmtree(run_dir, ignore_errors=True)  # a cell run starts fresh
+    run_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if threads:
         env["ATTNREPRO_THREADS"] = str(threads)
-    log = open(run_dir / "output.log", "w")
+    log = open(run_dir / "output.log", "a" if checkpoint else "w")
     cmd = cell_command(experiment, grid, cell, seed, config, extra)
+    if checkpoint is not None:
+        cmd.append(f"--ckpt_path={checkpoint}")
+        log.write(f"\n[grid] resumed from {checkpoint}\n")
+        log.flush()
     # its own process group: stopping the grid stops the cell and whatever it started (DDP)
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT,
                             start_new_session=True)
@@ -1003,26 +1076,35 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
         for c, s in done:
             print(f"  kept {c.name} seed {s}: finished before", flush=True)
         todo = [t for t in todo if t not in done]
+        for c, s in todo:
+            checkpoint = latest_checkpoint(root / f"{c.name}-seed{s}")
+            if checkpoint is not None:
+                print(f"  resuming {c.name} seed {s} from {checkpoint.name} (stopped before)",
+                      flush=True)
     if args.dry_run:
         for c, s in todo:
             print(" ".join(cell_command(experiment, grid, c, s, config, extra)))
         return
-    threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None
+    threads = args.threads or (max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1
+                               else None)
     print(f"{experiment.name} grid {grid.name} ({grid.title}), config {config}: "
-          f"{len(todo)} runs, {args.jobs} at a time; logs in "
+          f"{len(todo)} runs, {args.jobs} at a time"
+          f"{f', {threads} thread(s) each' if threads else ''}; logs in "
           f"{runs_root() / experiment.name / f'{grid.name}-{config}'}", flush=True)
     failed, running = [], []
     start = time.time()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        _run_cells(experiment, grid, config, extra, args.jobs, threads, todo, running, failed)
+        _run_cells(experiment, grid, config, extra, args.jobs, threads, todo, running, failed,
+                   resume=args.skip_done)
     except KeyboardInterrupt:
         for item in running:
             _stop(item[3])
             item[4].close()
         names = ", ".join(f"{c.name} seed {s}" for c, s, *_ in running) or "none"
         raise SystemExit(f"grid stopped; cells stopped unfinished: {names} (rerun with "
-                         "--skip-done to keep the finished ones)") from None
+                         "--skip-done to keep the finished ones and resume these from their "
+                         "last checkpoint)") from None
     finally:
         signal.signal(signal.SIGTERM, previous)
         for item in running:
@@ -1037,7 +1119,8 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _run_cells(experiment, grid, config, extra, jobs, threads, todo, running, failed) -> None:
+def _run_cells(experiment, grid, config, extra, jobs, threads, todo, running, failed,
+               resume: bool = False) -> None:
     while todo or running:
         while todo and len(running) < jobs:
             c, s = todo.pop(0)
@@ -1050,7 +1133,7 @@ def _run_cells(experiment, grid, config, extra, jobs, threads, todo, running, fa
                       "once it has finished", flush=True)
                 continue
             running.append((c, s, time.time(), *_launch(experiment, grid, c, s, config, extra,
-                                                         threads), lock))
+                                                         threads, resume), lock))
         for item in list(running):
             c, s, t0, proc, log, run_dir, lock = item
             if proc.poll() is None:

@@ -36,6 +36,50 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+def machine_settings() -> dict:
+    """What else a run's numbers depend on, beside its config and seed: torch's version, its
+    thread count (reductions split across threads add in another order), the CPU kernels'
+    instruction set, whether torch.compile'd kernels are asked for (``ATTNREPRO_COMPILE``;
+    their eager fallbacks, also taken where compiling fails, with a warning, sum in another
+    order), and deterministic mode."""
+    from attention._compiled import COMPILE
+
+    return {"machine/torch": str(torch.__version__), "machine/threads": torch.get_num_threads(),
+            "machine/cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine/compile": COMPILE,
+            "machine/deterministic": torch.are_deterministic_algorithms_enabled()}
+
+
+def random_states() -> dict:
+    """torch's (CPU and CUDA), Python's and numpy's random states, as tensors, ints and
+    tuples only (a checkpoint stays loadable with ``torch.load(weights_only=True)``)."""
+    import random
+
+    import numpy as np
+
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "python": random.getstate(),
+            "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos),
+                      int(has_gauss), float(gauss))}
+
+
+def set_random_states(states: dict) -> None:
+    """Restores what :func:`random_states` returned."""
+    import random
+
+    import numpy as np
+
+    torch.set_rng_state(states["torch"])
+    if states.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+
+
 class AttnReproModule(L.LightningModule):
     """Base class.  Subclasses call ``super().__init__(lr=..., ...)`` with their optimiser
     settings and set ``self.mechanisms`` (name -> Mechanism) for the run's tags; their test
@@ -115,7 +159,8 @@ class AttnReproModule(L.LightningModule):
     def on_fit_start(self) -> None:
         tags = {f"attention/{k}": m.tag() for k, m in self.mechanisms.items()}
         for logger in self.loggers:
-            logger.log_hyperparams({"n_parameters": self.n_parameters(), **tags})
+            logger.log_hyperparams({"n_parameters": self.n_parameters(), **tags,
+                                    **machine_settings()})
         self._speed = {"steps": -self.untimed_steps, "seconds": 0.0, "start": None}
 
     def on_train_start(self) -> None:
@@ -133,7 +178,23 @@ class AttnReproModule(L.LightningModule):
         for logger in self.loggers:
             logger.log_metrics(cost, step=self.global_step)
 
+    # -- exact resume: the random streams travel with the checkpoint
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Saves the random states as they are after the last training step: torch's (CPU
+        and every CUDA device: dropout), Python's and numpy's."""
+        checkpoint["rng_states"] = random_states()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Keeps the saved random states for the first training step of the resumed run:
+        restored there, not now, so nothing done before it (the sanity validation, loaders
+        created) can move them."""
+        self._rng_to_restore = checkpoint.get("rng_states")
+
     def on_train_batch_start(self, batch, batch_idx) -> None:
+        states = getattr(self, "_rng_to_restore", None)
+        if states is not None:
+            set_random_states(states)
+            self._rng_to_restore = None
         if hasattr(self, "_speed"):
             self._speed["start"] = time.perf_counter()
 

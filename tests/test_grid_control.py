@@ -62,7 +62,8 @@ def test_stopping_a_grid_stops_its_cells(env, tmp_path):
     out, _ = grid.communicate(timeout=60)
     assert grid.returncode == 1
     assert out.splitlines()[-1] == ("grid stopped; cells stopped unfinished: transformer seed 0 "
-                                    "(rerun with --skip-done to keep the finished ones)")
+                                    "(rerun with --skip-done to keep the finished ones and "
+                                    "resume these from their last checkpoint)")
     deadline = time.time() + 20
     while cell_pids("transformer-seed0") and time.time() < deadline:
         time.sleep(0.5)

@@ -4,6 +4,7 @@ it used."""
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import lightning as L
@@ -52,3 +53,31 @@ def test_a_run_logs_the_data_seed_of_its_run_seed(env, tmp_path):
                  "--run.name", "seed3", "--trainer.max_steps", "2"], env)
     hparams = yaml.safe_load(next((tmp_path / "runs").rglob("seed3/hparams.yaml")).read_text())
     assert hparams["seed"] == 3 and hparams["generator_seed"] == 0
+
+
+#: columns of metrics.csv that measure the machine, not the model
+TIMING = {"train/steps_per_second", "train/wall_seconds", "train/peak_memory_mb"}
+
+
+def metric_rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [{k: v for k, v in row.items() if k not in TIMING} for row in csv.DictReader(f)]
+
+
+@pytest.mark.slow
+def test_the_same_command_twice_gives_the_same_numbers(env, tmp_path):
+    """Same config, seed and thread count (2): every logged number identical, with CoDA's
+    compiled kernels and dropout; the run says it ran in deterministic mode and on how many
+    threads."""
+    script = ROOT / "experiments" / "coda_mlu.py"
+    config = ROOT / "experiments" / "configs" / "coda_mlu" / "smoke.yaml"
+    env = {**env, "ATTNREPRO_THREADS": "2"}
+    for name in ("one", "two"):
+        run(script, ["fit", "--config", str(config), "--model.attention", "coda",
+                     "--model.dropout", "0.1", "--run.name", name, "--run.wandb", "false",
+                     "--run.test_after_fit", "true"], env)
+    group = tmp_path / "runs" / "coda_mlu" / "adhoc"
+    one, two = (metric_rows(group / n / "metrics.csv") for n in ("one", "two"))
+    assert one == two and any(r.get("test/exact_match") for r in one)
+    hparams = yaml.safe_load((group / "one" / "hparams.yaml").read_text())
+    assert hparams["machine/deterministic"] is True and hparams["machine/threads"] == 2
