@@ -1,28 +1,33 @@
-"""The machinery behind :mod:`attention.coda`: the memory-bounded L1 term, blocks of query
-rows, and the custom autograd function that recomputes each block in the backward pass.
+"""The machinery behind :mod:`attention.coda`: the memory-bounded L1 term, tiles of the
+quasi-attention matrix, and the custom autograd function that recomputes each tile in the
+backward pass.
 
 Nothing of size (..., Lq, Lk, d) is ever stored, and neither is M unless the weights are
-asked for: :class:`QuasiAttention` walks over blocks of query rows, keeps only q, k, v for
-the backward pass and recomputes each block of M there (as flash attention does).  The L1
-term and its gradient,
+asked for: :class:`QuasiAttention` walks over tiles (a group of whole Lq x Lk matrices of
+about BLOCK_BYTES, or blocks of rows of one larger matrix), keeps only q, k, v for the
+backward pass and recomputes each tile of M there (as flash attention does).  The L1 term
+and its gradient,
 
     D_ij = sum_t |q_it - k_jt|,    dD/dq_i = sum_j w_ij sign(q_i - k_j),
                                    dD/dk_j = sum_i w_ij sign(k_j - q_i),
 
-are two block kernels written as broadcast expressions and compiled by ``torch.compile``
-through :mod:`attention._compiled` (inductor emits vectorised C++ loop nests reducing in
-registers, with no (.., Lq, Lk, d) buffer).  Without a working compiler (or with
-``ATTNREPRO_COMPILE=0``) they fall back to ``torch.cdist(p=1)`` and its backward kernel on
-the same blocks, also exact and bounded.
-Measured at B=8, H=8, L=512, d=64, float32, 2 threads (Xeon Sapphire Rapids, torch 2.13),
-forward + backward:
+have no matrix-product form (L^2 d work in additions and comparisons).  Three paths, each
+exact (sign(0) = 0) and bounded in memory:
 
-    softmax SDPA (flash kernel)         ~270 ms    48 MB
-    this implementation (compiled)      see benchmarks/README.md
-    torch.cdist(p=1) + autograd ops    ~1600 ms   472 MB  (cdist's backward alone ~430 ms)
+- CPU float32/float64: C++ kernels (:mod:`attention._coda_l1_ext`, built once per machine),
+  which also compute q.k beside D in one pass over the keys (the multiply-adds run in the
+  execution ports the L1 term leaves idle), dL/d(M v) v^T beside them in the backward pass,
+  and the gradients of q.k beside those of D: of the products only M v and M^T dL/d(M v)
+  remain matrix products.
+- otherwise two block kernels written as broadcast expressions and compiled by
+  ``torch.compile`` through :mod:`attention._compiled` (inductor emits vectorised C++ loop
+  nests reducing in registers), beside matrix products for q.k;
+- without a working compiler (or with ``ATTNREPRO_COMPILE=0``) ``torch.cdist(p=1)`` and its
+  backward kernel on the same tiles.
 
-Compile time of the kernels: a few seconds once per process and dtype (inductor caches the
-code on disk).  The backward is not differentiable again (no double backward).
+Measured at B=8, H=8, d=64, float32, forward + backward against softmax SDPA: see
+benchmarks/README.md (and attention._coda_l1_ext for the kernels' own numbers).  The
+backward is not differentiable again (no double backward).
 
 The element-wise part of Eq. 1-6 (from q.k and D to M, and its derivative) is the paper's
 and lives in :mod:`attention.coda`; it reaches this module as a :class:`BlockOps`.
@@ -37,9 +42,10 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from attention import _coda_l1_ext
 from attention._compiled import PaddedKernel
 
-#: bytes of one (rows, Lk) block of the flattened (N, Lq, Lk) quasi-attention matrix
+#: bytes of one block (tile) of the flattened (N, Lq, Lk) quasi-attention matrix
 BLOCK_BYTES = 4 << 20
 
 
@@ -65,33 +71,101 @@ def l1_grads_block(w: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
             torch.where(yj > xi, wij, torch.where(tie, 0, -wij)).sum(1))
 
 
-l1 = PaddedKernel(l1_block, "nad,ndb->nab")
-l1_grads = PaddedKernel(l1_grads_block, "nab,nad,nbd->nad,nbd")
+class NativeKernel:
+    """A C++ kernel of :mod:`attention._coda_l1_ext` (``native``), used by :class:`L1Pair` for
+    the CPU float32 and float64 tensors it takes (:meth:`takes`), beside ``fallback``, the
+    torch.compile'd kernel (a :class:`PaddedKernel`: None when compiling is off or failed),
+    which calling this object calls.  Replacing the module's ``l1``/``l1_grads`` by plain
+    PaddedKernels leaves the compiled path alone (tests)."""
+
+    def __init__(self, native: Callable, fallback: PaddedKernel):
+        self.native, self.fallback = native, fallback
+
+    @property
+    def failed(self) -> bool:
+        return self.fallback.failed
+
+    @staticmethod
+    def takes(*tensors: Tensor) -> bool:
+        return _coda_l1_ext.supports(*tensors)
+
+    def __call__(self, *args: Tensor):
+        return self.fallback(*args)
+
+
+#: natively (x (N,a,d), y (N,b,d)) -> D (and :func:`attention._coda_l1_ext.products`);
+#: compiled (x, y^T) -> D
+l1 = NativeKernel(_coda_l1_ext.distance, PaddedKernel(l1_block, "nad,ndb->nab"))
+#: natively (w, x, y, grad_y, e=None) -> grad_x, adding grad_y's share in place; compiled
+#: (w, x, y) -> (grad_x, grad_y's share), without the e term
+l1_grads = NativeKernel(_coda_l1_ext.grads,
+                        PaddedKernel(l1_grads_block, "nab,nad,nbd->nad,nbd"))
+
+
+def _native(kernel, *tensors: Tensor) -> bool:
+    return isinstance(kernel, NativeKernel) and kernel.takes(*tensors)
 
 
 class L1Pair:
-    """The L1 term of q (N,Lq,d) and k (N,Lk,d), for blocks qb (N,r,d) of query rows: the
-    compiled kernels, or (compiling off or failed) ``torch.cdist`` and its backward kernel,
-    exact as well (sign(0) = 0) and memory-bounded, but about 2.5x slower."""
+    """The L1 term of q (N,Lq,d) and k (N,Lk,d), for blocks qb (n,r,d) of query rows of the
+    matrices ``ns`` (a slice of the N): the C++ kernels, the compiled kernels, or (compiling
+    off or failed) ``torch.cdist`` and its backward kernel, exact as well (sign(0) = 0) and
+    memory-bounded, but slower.  The C++ kernels also compute q.k and its gradient in the
+    same passes (:meth:`products`, :meth:`grads`)."""
 
     def __init__(self, k: Tensor):
         self.k = k.contiguous()
-        self.kt = k.transpose(1, 2).contiguous()  # (N,d,Lk), once per call
+        self._kt: Tensor | None = None
 
-    def distance(self, qb: Tensor) -> Tensor:
-        dist = l1(qb, self.kt)
-        return torch.cdist(qb, self.k, p=1) if dist is None else dist  # (N,r,Lk)
+    @property
+    def kt(self) -> Tensor:
+        """k^T (N,d,Lk), made once per call if the compiled kernel needs it."""
+        if self._kt is None:
+            self._kt = self.k.transpose(1, 2).contiguous()
+        return self._kt
 
-    def grads(self, w: Tensor, qb: Tensor, dist: Tensor) -> tuple[Tensor, Tensor]:
-        """sum_j w_ij dD_ij/dq_i for the block's rows (N,r,d) and sum_{i in block} w_ij
-        dD_ij/dk_j (N,Lk,d); ``dist`` is the block's D."""
-        out = l1_grads(w, qb, self.k)
-        if out is not None:
-            return out
-        cdist_backward = torch.ops.aten._cdist_backward
-        return (cdist_backward(w.contiguous(), qb, self.k, 1.0, dist),
-                cdist_backward(w.transpose(1, 2).contiguous(), self.k, qb, 1.0,
-                               dist.transpose(1, 2).contiguous()))
+    def distance(self, qb: Tensor, ns: slice = slice(None)) -> Tensor:
+        """D (n,r,Lk) of a block qb (n,r,d) of the matrices ``ns``."""
+        k = self.k[ns]
+        if _native(l1, qb, k):
+            return l1.native(qb, k)
+        dist = l1(qb, self.kt[ns])
+        return torch.cdist(qb, k, p=1) if dist is None else dist
+
+    def products(self, qb: Tensor, ns: slice = slice(None), a: Tensor | None = None,
+                 b: Tensor | None = None) -> tuple[Tensor, ...]:
+        """(q.k, D) (n,r,Lk) of a block qb (n,r,d) of the matrices ``ns``, and a.b (n,r,Lk)
+        if a (n,r,d') and b (n,Lk,d') are given: natively in one pass over the keys, else
+        matrix products and the L1 kernel."""
+        k = self.k[ns]
+        if _native(l1, qb, k, *([] if a is None else [a, b])):
+            return _coda_l1_ext.products(qb, k, a, b)
+        out = (qb @ k.transpose(1, 2), self.distance(qb, ns))
+        return out if a is None else (*out, a @ b.transpose(1, 2))
+
+    def grads(self, w: Tensor, qb: Tensor, dist: Tensor, grad_k: Tensor | None,
+              ns: slice = slice(None), e: Tensor | None = None,
+              out: Tensor | None = None) -> Tensor:
+        """The gradients of sum_ij (w_ij D_ij + e_ij q_i.k_j) over the block (e: optional):
+        for the block's rows q_i (n,r,d), returned (written into ``out`` natively, if given),
+        and for k_j (n,Lk,d), added to ``grad_k`` (unless None); ``dist`` is the block's D,
+        ``ns`` its matrices."""
+        kernel, k = l1_grads, self.k[ns]
+        if _native(kernel, w, qb, k):
+            return kernel.native(w, qb, k, grad_k, e, out)
+        both = kernel(w, qb, k)
+        if both is None:
+            cdist_backward = torch.ops.aten._cdist_backward
+            both = (cdist_backward(w.contiguous(), qb, k, 1.0, dist),
+                    cdist_backward(w.transpose(1, 2).contiguous(), k, qb, 1.0,
+                                   dist.transpose(1, 2).contiguous()) if grad_k is not None
+                    else None)
+        grad_q = both[0] if e is None else both[0].baddbmm_(e, k)
+        if grad_k is not None:
+            grad_k.add_(both[1])
+            if e is not None:
+                grad_k.baddbmm_(e.transpose(1, 2), qb)
+        return grad_q
 
 
 def blocks(total: int, rows: int) -> list[tuple[int, int]]:
@@ -100,6 +174,23 @@ def blocks(total: int, rows: int) -> list[tuple[int, int]]:
 
 def block_rows(n: int, lk: int, like: Tensor) -> int:
     return max(1, BLOCK_BYTES // max(1, n * lk * like.element_size()))
+
+
+def tiles(n: int, lq: int, lk: int, q: Tensor) -> list[tuple[int, int, int, int]]:
+    """(n0, n1, i0, i1): the matrices n0:n1 and query rows i0:i1 of each tile of the (N, Lq,
+    Lk) matrix of q (N,Lq,d), up to max(BLOCK_BYTES, half the size of q) as a tensor (a few
+    such tensors are alive at a time: the peak memory stays within a constant factor of the
+    inputs', and large inputs take few tiles, each a parallel region of its own): a group of
+    whole matrices, or blocks of rows of one matrix where a matrix is larger.  Either way
+    the slice [n0:n1, i0:i1] of a contiguous (N, L, x) tensor is contiguous (no copies in or
+    out), and the products multiply whole (L, d) x (d, Lk) matrices of a group of heads, not
+    thin slices of rows."""
+    budget = max(BLOCK_BYTES, q.numel() * q.element_size() // 2)
+    size = max(1, lk * q.element_size())
+    rows = max(1, min(lq, budget // size))
+    group = max(1, min(n, budget // (rows * size))) if rows == lq else 1
+    return [(n0, min(n0 + group, n), i0, i1) for n0 in range(0, n, group)
+            for i0, i1 in blocks(lq, rows)]
 
 
 class _L1Distance(torch.autograd.Function):
@@ -120,8 +211,7 @@ class _L1Distance(torch.autograd.Function):
         grad_q, grad_k = torch.zeros_like(q), torch.zeros_like(k)
         for i0, i1 in blocks(q.shape[1], block_rows(q.shape[0], k.shape[1], q)):
             qb = q[:, i0:i1].contiguous()
-            grad_q[:, i0:i1], grad_kb = pair.grads(grad[:, i0:i1], qb, pair.distance(qb))
-            grad_k += grad_kb
+            grad_q[:, i0:i1] = pair.grads(grad[:, i0:i1], qb, pair.distance(qb), grad_k)
         return grad_q, grad_k
 
 
@@ -167,17 +257,26 @@ class Centering(NamedTuple):
 
 
 class MaskRows:
-    """Rows i0:i1 of a mask broadcastable to (*batch, Lq, Lk), flattened to (N, rows, Lk)
-    block by block (the whole expanded mask is never copied)."""
+    """Tiles of a mask broadcastable to (*batch, Lq, Lk), flattened to (matrices, rows, Lk)
+    tile by tile (the whole expanded mask is never copied)."""
 
     def __init__(self, mask: Tensor | None, batch: tuple[int, ...], n: int, lq: int, lk: int):
         self.mask, self.batch, self.n, self.lq, self.lk = mask, batch, n, lq, lk
+        if mask is not None:
+            own = (1,) * (len(batch) + 2 - mask.dim()) + tuple(mask.shape)
+            #: the mask's own matrices, and the one each of the N flattened matrices uses
+            self.flat = mask.reshape(-1, *own[-2:])
+            self.index = torch.arange(self.flat.shape[0], device=mask.device).view(
+                own[:-2]).expand(batch).reshape(n)
+            self.identity = self.flat.shape[0] == n
 
-    def __call__(self, i0: int, i1: int) -> Tensor | None:
+    def __call__(self, n0: int, n1: int, i0: int, i1: int) -> Tensor | None:
+        """The mask of matrices n0:n1, rows i0:i1 (n1-n0, i1-i0, Lk); None without mask."""
         if self.mask is None:
             return None
-        rows = self.mask if self.mask.shape[-2] == 1 else self.mask[..., i0:i1, :]
-        return rows.expand(*self.batch, i1 - i0, self.lk).reshape(self.n, i1 - i0, self.lk)
+        rows = self.flat if self.flat.shape[1] == 1 else self.flat[:, i0:i1]
+        rows = rows[n0:n1] if self.identity else rows.index_select(0, self.index[n0:n1])
+        return rows.expand(n1 - n0, i1 - i0, self.lk).contiguous()
 
     def count(self, like: Tensor) -> Tensor | float:
         """Valid entries per matrix (N,1,1), at least 1 (an empty matrix has mean 0)."""
@@ -209,8 +308,9 @@ def _keep(like: Tensor, shape: tuple[int, ...], p: float, seed: int,
 
 
 class Rows:
-    """One call of Eq. 1-7 on flattened q (N,Lq,d), k (N,Lk,d), computed block by block of
-    query rows; each method's temporaries die with it, so one block is alive at a time."""
+    """One call of Eq. 1-7 on flattened q (N,Lq,d), k (N,Lk,d), computed tile by tile (a
+    group of matrices or a block of one matrix's query rows: :func:`tiles`); each method's
+    temporaries die with it, so one tile is alive at a time."""
 
     def __init__(self, q: Tensor, k: Tensor, mask: Tensor | None, batch: tuple[int, ...],
                  ops: BlockOps, opt, centering: Centering, dropout: float, seed: int):
@@ -219,22 +319,24 @@ class Rows:
         n, lq, lk = q.shape[0], q.shape[1], k.shape[1]
         self.pair = L1Pair(k)
         self.masks = MaskRows(mask, batch, n, lq, lk)
+        #: (n0, n1, i0, i1) of the tiles the forward and backward passes walk over
+        self.tiles = tiles(n, lq, lk, q)
+        #: blocks of rows of all N matrices (:meth:`factors`, whose blocks are concatenated)
         self.blocks = blocks(lq, block_rows(n, lk, q))
         #: the means of E and N over the valid entries, (N,1,1) per matrix or (N,Lq,1) per row
         self.mean_e: Tensor | None = None
         self.mean_n: Tensor | None = None
 
-    def _block(self, index: int):
-        i0, i1 = self.blocks[index]
-        qb = self.q[:, i0:i1].contiguous()  # (N,r,d)
-        keep = _keep(self.q, (self.q.shape[0], i1 - i0, self.k.shape[1]), self.dropout,
-                     self.seed, index)
-        return i0, i1, qb, self.masks(i0, i1), keep
+    def _tile(self, index: int, dropout: bool = True):
+        n0, n1, i0, i1 = self.tiles[index]
+        qb = self.q[n0:n1, i0:i1].contiguous()  # (n,r,d)
+        keep = _keep(self.q, (n1 - n0, i1 - i0, self.k.shape[1]),
+                     self.dropout if dropout else 0.0, self.seed, index)
+        return slice(n0, n1), i0, i1, qb, self.masks(n0, n1, i0, i1), keep
 
-    def _means(self, i0: int, i1: int) -> tuple[Tensor | None, Tensor | None]:
-        if not self.centering.rows:
-            return self.mean_e, self.mean_n
-        return tuple(None if m is None else m[:, i0:i1] for m in (self.mean_e, self.mean_n))
+    def _means(self, ns: slice, i0: int, i1: int) -> tuple[Tensor | None, Tensor | None]:
+        rows = slice(i0, i1) if self.centering.rows else slice(None)
+        return tuple(None if m is None else m[ns, rows] for m in (self.mean_e, self.mean_n))
 
     def center(self) -> None:
         """The means over the valid entries of E and N (Eq. 6, Eq. 4): a first pass."""
@@ -244,57 +346,66 @@ class Rows:
         n, lq = self.q.shape[:2]
         shape = (n, lq, 1) if c.rows else (n, 1, 1)
         sum_e, sum_n = self.q.new_zeros(shape), self.q.new_zeros(shape)
-        for index in range(len(self.blocks)):
-            i0, i1, qb, mb, _ = self._block(index)
-            if c.rows:
-                count = _row_count(mb, self.k.shape[1], self.q)
-                if c.e:
-                    sum_e[:, i0:i1] = _valid_sum(self.opt.e_scale * (qb @ self.pair.kt), mb,
-                                                 (2,)) / count
-                if c.n:
-                    sum_n[:, i0:i1] = _valid_sum(self.opt.n_scale * self.pair.distance(qb), mb,
-                                                 (2,)) / count
+        for index in range(len(self.tiles)):
+            ns, i0, i1, qb, mb, _ = self._tile(index, dropout=False)
+            if c.e and c.n:
+                qk, dist = self.pair.products(qb, ns)
             else:
-                if c.e:
-                    sum_e += _valid_sum(self.opt.e_scale * (qb @ self.pair.kt), mb, (1, 2))
-                if c.n:
-                    sum_n += _valid_sum(self.opt.n_scale * self.pair.distance(qb), mb, (1, 2))
+                qk = qb @ self.pair.k[ns].transpose(1, 2) if c.e else None
+                dist = self.pair.distance(qb, ns) if c.n else None
+            for total, on, scale, x in ((sum_e, c.e, self.opt.e_scale, qk),
+                                        (sum_n, c.n, self.opt.n_scale, dist)):
+                if not on:
+                    continue
+                if c.rows:
+                    total[ns, i0:i1] = (_valid_sum(scale * x, mb, (2,))
+                                        / _row_count(mb, self.k.shape[1], self.q))
+                else:
+                    total[ns] += _valid_sum(scale * x, mb, (1, 2))
+            del qk, dist
         count = 1.0 if c.rows else self.masks.count(self.q)
         self.mean_e = sum_e / count if c.e else None
         self.mean_n = sum_n / count if c.n else None
 
     def forward(self, index: int) -> tuple[Tensor, Tensor]:
-        """(M, M with dropout) of block ``index`` (N,r,Lk)."""
-        i0, i1, qb, mb, keep = self._block(index)
-        return self.ops.forward(qb @ self.pair.kt, self.pair.distance(qb), mb,
-                                *self._means(i0, i1), keep, self.opt)
+        """(M, M with dropout) of tile ``index`` (n,r,Lk)."""
+        ns, i0, i1, qb, mb, keep = self._tile(index)
+        return self.ops.forward(*self.pair.products(qb, ns), mb, *self._means(ns, i0, i1),
+                                keep, self.opt)
 
     def factors(self, index: int) -> tuple[Tensor, Tensor, Tensor]:
-        """(F_E(E), F_N(N), M) of block ``index`` (N,r,Lk), uncompiled (analysis only)."""
-        i0, i1, qb, mb, _ = self._block(index)
-        _, _, te, gn, m = self.ops.factors(qb @ self.pair.kt, self.pair.distance(qb), mb,
-                                           *self._means(i0, i1), self.opt)
+        """(F_E(E), F_N(N), M) of block ``index`` of rows of all matrices (N,r,Lk),
+        uncompiled (analysis only)."""
+        i0, i1 = self.blocks[index]
+        n, every = self.q.shape[0], slice(None)
+        qb = self.q[:, i0:i1].contiguous()
+        _, _, te, gn, m = self.ops.factors(qb @ self.pair.k.transpose(1, 2),
+                                           self.pair.distance(qb),
+                                           self.masks(0, n, i0, i1),
+                                           *self._means(every, i0, i1), self.opt)
         return te, gn, m
 
     def backward(self, index: int, grads: Grads, shifts) -> tuple[Tensor, Tensor] | None:
-        """Add block ``index``'s share to ``grads``; with ``shifts=None`` (the first pass of a
-        backward centred per matrix) return the sums of dL/d(q.k) and dL/dD instead."""
-        i0, i1, qb, mb, keep = self._block(index)
+        """Add tile ``index``'s share to ``grads``; with ``shifts=None`` (the first pass of a
+        backward centred per matrix) return the sums of dL/d(q.k) and dL/dD over each of its
+        matrices (n,1,1) instead.  ``shifts``: (N,1,1) or None each."""
+        ns, i0, i1, qb, mb, keep = self._tile(index)
         g = grads
         if not g.need_qk:
-            self._grad_values(g, self.forward(index)[1], i0, i1)
+            self._grad_values(g, self.forward(index)[1], ns, i0, i1)
             return None
-        d_md = None  # dL/d(M with dropout) from the products
-        if g.out is not None:
-            d_md = g.out[:, i0:i1] @ g.v.transpose(1, 2)  # (N,r,Lk)
+        # q.k, D and dL/d(M with dropout) from the products (dL/d(M v) v^T in the same pass)
+        a, b = (None, None) if g.out is None else (g.out[ns, i0:i1], g.v[ns])
+        qk, dist, *d_md = self.pair.products(qb, ns, a, b)
+        d_md = d_md[0] if d_md else None  # (n,r,Lk)
         if g.out_t is not None:
-            part = g.v_t[:, i0:i1] @ g.out_t.transpose(1, 2)
+            part = g.v_t[ns, i0:i1] @ g.out_t[ns].transpose(1, 2)
             d_md = part if d_md is None else d_md + part
-        d_m = None if g.weights is None else g.weights[:, i0:i1]
-        shift_e, shift_n = shifts or (None, None)
-        dist = self.pair.distance(qb)
-        md, de, dn = self.ops.backward(qb @ self.pair.kt, dist, mb, *self._means(i0, i1), keep,
-                                       d_md, d_m, shift_e, shift_n, self.opt)
+        d_m = None if g.weights is None else g.weights[ns, i0:i1]
+        shift_e, shift_n = (None if s is None else s[ns] for s in (shifts or (None, None)))
+        md, de, dn = self.ops.backward(qk, dist, mb, *self._means(ns, i0, i1), keep, d_md, d_m,
+                                       shift_e, shift_n, self.opt)
+        del qk
         del d_md
         c = self.centering
         if c.rows:  # the backward of x - rowmean(x): subtract each row's mean gradient
@@ -306,40 +417,41 @@ class Rows:
                 dn = dn - dn.sum(2, keepdim=True) / count * valid
         elif shifts is None and c.any():
             return de.sum((1, 2), keepdim=True), dn.sum((1, 2), keepdim=True)
-        self._grad_values(g, md, i0, i1)
-        del md  # (one block alive at a time: the peak is the L1 gradient kernel's)
-        grad_qb, grad_kb = self.pair.grads(dn, qb, dist)  # de = dL/d(q.k), dn = dL/dD
-        if g.q is not None:
-            g.q[:, i0:i1] = grad_qb.baddbmm_(de, self.pair.k)
-        if g.k is not None:
-            g.k.baddbmm_(de.transpose(1, 2), qb).add_(grad_kb)
+        self._grad_values(g, md, ns, i0, i1)
+        del md  # (one tile alive at a time: the peak is the L1 gradient kernel's)
+        # dn = dL/dD, de = dL/d(q.k)
+        out = None if g.q is None else g.q[ns, i0:i1]
+        grad_qb = self.pair.grads(dn, qb, dist, None if g.k is None else g.k[ns], ns, de, out)
+        if out is not None and grad_qb.data_ptr() != out.data_ptr():
+            out.copy_(grad_qb)
         return None
 
     @staticmethod
-    def _grad_values(g: Grads, md: Tensor, i0: int, i1: int) -> None:
+    def _grad_values(g: Grads, md: Tensor, ns: slice, i0: int, i1: int) -> None:
         if g.dv is not None:
-            g.dv.baddbmm_(md.transpose(1, 2), g.out[:, i0:i1])  # from A' = M B
+            g.dv[ns].baddbmm_(md.transpose(1, 2), g.out[ns, i0:i1])  # from A' = M B
         if g.dv_t is not None:
-            g.dv_t[:, i0:i1] = md @ g.out_t  # from B' = M^T A
+            torch.bmm(md, g.out_t[ns], out=g.dv_t[ns, i0:i1])  # from B' = M^T A
 
 
 class Grads:
-    """The incoming gradients (of M v, M^T v_t, M) and the accumulating input gradients."""
+    """The incoming gradients (of M v, M^T v_t, M) and the accumulating input gradients
+    (contiguous: the L1 kernel adds to the gradient of k in place)."""
 
     def __init__(self, q, k, v, v_t, out, out_t, weights, needs_input_grad):
         need_q, need_k, need_v, need_vt = needs_input_grad[:4]
         self.out, self.out_t, self.weights, self.v, self.v_t = out, out_t, weights, v, v_t
         self.need_qk = (need_q or need_k) and not (out is None and out_t is None
                                                    and weights is None)
-        self.q = torch.zeros_like(q) if need_q else None
-        self.k = torch.zeros_like(k) if need_k else None
-        self.dv = torch.zeros_like(v) if need_v and out is not None else None
-        self.dv_t = torch.zeros_like(v_t) if need_vt and out_t is not None else None
+        self.q = q.new_zeros(q.shape) if need_q else None
+        self.k = k.new_zeros(k.shape) if need_k else None
+        self.dv = v.new_zeros(v.shape) if need_v and out is not None else None
+        self.dv_t = v_t.new_zeros(v_t.shape) if need_vt and out_t is not None else None
 
 
 class QuasiAttention(torch.autograd.Function):
     """(out = M v, out_t = M^T v_t, M) on flattened tensors q (N,Lq,d), k (N,Lk,d),
-    v (N,Lk,dv) | None, v_t (N,Lq,dt) | None, block by block over the Lq rows."""
+    v (N,Lk,dv) | None, v_t (N,Lq,dt) | None, tile by tile (:func:`tiles`)."""
 
     @staticmethod
     def forward(ctx, q, k, v, v_t, mask, batch, ops: BlockOps, opt, centering: Centering,
@@ -352,14 +464,15 @@ class QuasiAttention(torch.autograd.Function):
         out = q.new_empty(n, lq, v.shape[2]) if v is not None else None
         out_t = q.new_zeros(n, lk, v_t.shape[2]) if v_t is not None else None
         weights = q.new_empty(n, lq, lk) if need_weights else None
-        for index, (i0, i1) in enumerate(rows.blocks):
+        for index, (n0, n1, i0, i1) in enumerate(rows.tiles):
+            ns = slice(n0, n1)
             m, md = rows.forward(index)
             if out is not None:
-                out[:, i0:i1] = md @ v  # Eq. 7 / Eq. 10: A' = M B
+                torch.bmm(md, v[ns], out=out[ns, i0:i1])  # Eq. 7 / Eq. 10: A' = M B
             if out_t is not None:
-                out_t.baddbmm_(md.transpose(1, 2), v_t[:, i0:i1])  # Eq. 7: B' = M^T A
+                out_t[ns].baddbmm_(md.transpose(1, 2), v_t[ns, i0:i1])  # Eq. 7: B' = M^T A
             if weights is not None:
-                weights[:, i0:i1] = m
+                weights[ns, i0:i1] = m
             del m, md
         ctx.save_for_backward(q, k, v, v_t)
         ctx.args = (mask, batch, ops, opt, centering, dropout, seed, rows.mean_e, rows.mean_n)
@@ -377,11 +490,14 @@ class QuasiAttention(torch.autograd.Function):
         if centering.any() and not centering.rows and grads.need_qk:
             # centering per matrix couples every entry to the matrix's mean: a first pass
             # sums the gradients of E and N, the second subtracts their mean from the valid
-            # entries (centering per row does it within each block)
-            sums = [rows.backward(index, grads, None) for index in range(len(rows.blocks))]
+            # entries (centering per row does it within each tile)
+            totals = (q.new_zeros(q.shape[0], 1, 1), q.new_zeros(q.shape[0], 1, 1))
+            for index, (n0, n1, _, _) in enumerate(rows.tiles):
+                for total, part in zip(totals, rows.backward(index, grads, None)):
+                    total[n0:n1] += part
             count = rows.masks.count(q)
-            shifts = tuple(None if mean is None else sum(s[i] for s in sums) / count
-                           for i, mean in enumerate((mean_e, mean_n)))
-        for index in range(len(rows.blocks)):
+            shifts = tuple(None if mean is None else total / count
+                           for total, mean in zip(totals, (mean_e, mean_n)))
+        for index in range(len(rows.tiles)):
             rows.backward(index, grads, shifts or (None, None))
         return grads.q, grads.k, grads.dv, grads.dv_t, *([None] * 7)

@@ -41,6 +41,15 @@ The window is content-based (it points with q . W . k), so it is defined for pai
 alignment too (a window over b for each a_i and over a for each b_j, the alignment's unscaled
 dot products as global scores) and for an RNN decoder over its source memory.  M_hat is one
 (..., Lq, Lk) tensor like the attention weights; nothing of size Lq * Lk * d is formed.
+
+Multi-head attention (every variant and option: MW and AW, tokens and segments, both
+boundaries and scales, key padding, causality, need_weights, dropout) takes a fused,
+memory-bounded path, :mod:`attention._window_kernels`: tiles of query rows, the two boundary
+softmaxes, Eq. 9-11 and the weights in one kernel per tile, only the O(L * d) inputs kept
+for the backward pass, which recomputes each tile (as flash attention does).  It computes
+what :meth:`WindowMultiHead._plain` computes (the equations through autograd on whole
+(B, H, Lq, Lk) tensors, tested against each other; dropout draws its own masks).  Pairwise
+alignment and the RNN decoder (short sequences) use the plain equations only.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attention import _window_kernels as kernels
 from attention.base import (
     Alignment,
     AlignmentCore,
@@ -242,6 +252,9 @@ class WindowMultiHead(MultiHeadCore):
     """Self or cross attention; AW local projections and ``authors`` boundaries project the
     un-projected ``query_input``/``key_input``."""
 
+    #: run the fused, memory-bounded path (False: the plain autograd path, for comparison)
+    fused = True
+
     def __init__(self, options: window, d_model: int, n_heads: int, dropout: float):
         super().__init__()
         self.variant, self.segment_size = options.variant, options.segment_size
@@ -255,6 +268,13 @@ class WindowMultiHead(MultiHeadCore):
 
     def forward(self, q, k, v, *, key_mask=None, causal=False, need_weights=False,
                 query_input=None, key_input=None):
+        self._check(causal, query_input, key_input)
+        mask = attention_mask(key_mask, q.shape[-2], k.shape[-2], causal, device=q.device)
+        if self.fused:
+            return self._fused(q, k, v, mask, need_weights, query_input, key_input)
+        return self._plain(q, k, v, mask, need_weights, query_input, key_input)
+
+    def _check(self, causal, query_input, key_input) -> None:
         if causal and self.segment_size > 1:
             raise ValueError(
                 f"window: segment_size={self.segment_size} with causal attention: the decoder "
@@ -265,8 +285,39 @@ class WindowMultiHead(MultiHeadCore):
             raise ValueError(
                 f"window(variant={self.variant!r}, boundary={self.boundary!r}) projects the "
                 "un-projected inputs: query_input (B,Lq,D) and key_input (B,Lk,D) are required")
-        lq, lk = q.shape[-2], k.shape[-2]
-        mask = attention_mask(key_mask, lq, lk, causal, device=q.device)  # (B,1,Lq,Lk) | None
+
+    def _fused(self, q, k, v, mask, need_weights, query_input, key_input):
+        """The memory-bounded path (:mod:`attention._window_kernels`): blocks of query rows,
+        every (Lq, Lk) block recomputed in the backward pass."""
+        b, h, lq, d = q.shape
+        lk = k.shape[-2]
+
+        def flat(t: Tensor | None) -> Tensor | None:  # (B, H, L, e) -> (B * H, L, e)
+            return None if t is None else t.reshape(b * h, t.shape[-2], t.shape[-1])
+
+        w = lq_ = lk_ = rq = rk = cq = ck = None
+        if self.boundary == "paper":
+            w = self.boundaries.weight  # (2, H, d, d): scores q W k^T
+        else:
+            bq = _split_heads(self.boundaries.query(query_input), 2, h)  # (B,2,H,Lq,dh)
+            bk = self.boundaries.keys(key_input)  # (B,2,H,Lk,dh)
+            lq_, rq, lk_, rk = flat(bq[:, 0]), flat(bq[:, 1]), flat(bk[:, 0]), flat(bk[:, 1])
+        if self.variant == "aw":
+            cq = _split_heads(self.local.query(query_input), 1, h).squeeze(1)  # (B,H,Lq,dh)
+            cq, ck = flat(cq), flat(self.local.keys(key_input))
+        opt = kernels.Options(
+            variant=self.variant, segment_size=self.segment_size,
+            boundary_scale=self.boundary_scale, scale=1.0 / math.sqrt(d),
+            dropout=self.dropout if self.training else 0.0, need_weights=need_weights,
+            batch=(b, h))
+        inputs = kernels.Inputs(flat(q), flat(k), flat(v), w, lq_, lk_, rq, rk, cq, ck)
+        out, weights = kernels.window_attention(inputs, mask, opt)
+        out = out.view(b, h, lq, v.shape[-1])
+        return out, (None if weights is None else weights.view(b, h, lq, lk))
+
+    def _plain(self, q, k, v, mask, need_weights, query_input, key_input):
+        """Eq. 7-17 on whole (B, H, Lq, Lk) tensors through autograd (the reference of the
+        fused path, and what it computes)."""
         if self.boundary == "paper":
             bounds = self.boundaries(q, self.boundaries.keys(k))  # (B,2,H,Lq,Lk)
         else:

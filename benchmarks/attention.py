@@ -216,6 +216,24 @@ def measure(case: dict, warmup: int, repeats: int, threads: int) -> dict:
     return row
 
 
+def profile(case: dict, warmup: int, repeats: int, threads: int, top: int = 15) -> str:
+    """Where the forward + backward of one case spends its time: torch.profiler's operators
+    (and the C++ kernels' ``record_function`` ranges) by self CPU time over ``repeats``
+    runs after ``warmup``, in this process."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    fwd_bwd, _, _ = _case_runner(case)
+    for _ in range(warmup):
+        fwd_bwd()
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(repeats):
+            fwd_bwd()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
+
+
 def measure_isolated(case: dict, warmup: int, repeats: int, threads: int,
                      timeout: float) -> dict:
     """``measure`` in a fresh subprocess, so no case inherits another's memory or caches."""
@@ -436,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="give up on an isolated case after SECONDS (reported, not fatal)")
     parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                         help="one subprocess per case (default; --quick: in-process)")
+    parser.add_argument("--profile", action="store_true",
+                        help="print torch.profiler's top operators (self CPU time) of each "
+                             "case's forward + backward instead of timing it (in-process)")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: measure one JSON case
     args = parser.parse_args(argv)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
@@ -459,6 +480,12 @@ def main(argv: list[str] | None = None) -> int:
     if not set(contexts) <= set(CONTEXT_ORDER):
         parser.error(f"--contexts expects a subset of {','.join(CONTEXT_ORDER)}, got "
                      f"{args.contexts!r}")
+    if args.profile:
+        for case in cases(names, lengths, sizes, contexts):
+            print(f"== {case['mechanism']} {case['context']} L={case['L']} "
+                  f"({args.threads} threads, {repeats} runs)", flush=True)
+            print(profile(case, warmup, repeats, args.threads), flush=True)
+        return 0
     isolate = (not args.quick) if args.isolate is None else args.isolate
     rows, load_before = [], _load()
     for row in run(names, lengths, sizes, isolate=isolate, warmup=warmup, repeats=repeats,

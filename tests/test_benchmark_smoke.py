@@ -112,3 +112,11 @@ def test_decoding_benchmark_times_cached_against_full_decoding(tmp_path):
     text = report.read_text()
     assert text.startswith("# before\n") and "## Incremental decoding" in text
     assert "| beam 4 | full re-forward |" in text
+
+
+def test_profile_names_the_operators_of_each_case():
+    proc = run_harness("--quick", "--profile", "--mechanisms", "softmax,coda", "--lengths", "8",
+                       "--contexts", "multihead")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "== softmax multihead L=8" in proc.stdout and "== coda multihead L=8" in proc.stdout
+    assert "Self CPU" in proc.stdout and "aten::" in proc.stdout

@@ -1,0 +1,482 @@
+// CoDA's L1 term on CPU, with the products beside it (attention/_coda_l1_ext.py builds and
+// loads this file: a plain C interface, no torch header, so it compiles in about a second
+// and needs no ninja).  For n independent matrices, q (n,r,d), k (n,lk,d), all contiguous:
+//
+//   coda_l1_forward_{f32,f64}   D_ij = sum_t |q_it - k_jt|, and optionally q_i.k_j and a
+//                               third product a_i.b_j (a (n,r,d2), b (n,lk,d2)), each
+//                               (n,r,lk), in one pass over tiles of keys
+//   coda_l1_grads_{f32,f64}     the gradients of sum_ij (w_ij D_ij + e_ij q_i.k_j) (e
+//                               optional): gq_i = sum_j w_ij sign(q_i - k_j) + e_ij k_j,
+//                               written, gk_j += sum_i w_ij sign(k_j - q_i) + e_ij q_i,
+//                               accumulated (one call per tile of rows)
+//
+// sign(0) = 0, as autograd's abs (ties are common).  Nothing of size r*lk*d is stored: tiles
+// reduce in registers.
+//
+// Vectorisation: GCC vector extensions of VBYTES bytes, set by the instruction set the file
+// is compiled for (the loader picks -mavx512f..., -mavx2 -mfma or the compiler's default from
+// torch's run-time CPU detection: one build per capability, no -march=native), and one
+// AVX-512 intrinsic (a ternary-logic instruction for w sign(x)).
+//   forward: vectorised over keys j; a tile of keys is transposed into a (d, JT) buffer that
+//            stays in L1 while every row of q passes over it, IT query rows x J vectors of
+//            keys per register tile; |q - k| is 3 vector operations (sub, and, add), q.k one
+//            fused multiply-add beside them, in the pipes the L1 term leaves idle.
+//   grads:   vectorised over t (rows of q and k), GI query rows x TV vectors of t per tile
+//            (each broadcast of w_ij, e_ij serves TV vectors); gq accumulated in registers
+//            over the keys, gk once per key for GI rows.
+// Threads: OpenMP when built with it (sharing torch's libgomp and so its threads), else
+// std::thread; nthreads from torch.get_num_threads(); work split over the matrices and the
+// tiles of keys (and, for the gradients of few matrices, over chunks of keys).
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__AVX512F__)
+#define VBYTES 64
+#elif defined(__AVX__)
+#define VBYTES 32
+#else
+#define VBYTES 16
+#endif
+
+namespace {
+
+template <typename T>
+struct Vec;
+
+template <>
+struct Vec<float> {
+  typedef float V __attribute__((vector_size(VBYTES)));
+  typedef int32_t I __attribute__((vector_size(VBYTES)));
+  static constexpr int32_t kSign = INT32_MIN;
+};
+
+template <>
+struct Vec<double> {
+  typedef double V __attribute__((vector_size(VBYTES)));
+  typedef int64_t I __attribute__((vector_size(VBYTES)));
+  static constexpr int64_t kSign = INT64_MIN;
+};
+
+template <typename V>
+__attribute__((always_inline)) inline V load(const void* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+
+template <typename V>
+__attribute__((always_inline)) inline void store(void* p, V v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+
+template <typename V, typename T>
+__attribute__((always_inline)) inline V splat(T s) {  // (V{} + s would turn -0 into +0)
+  return s - V{};
+}
+
+// -- threads ------------------------------------------------------------------------------
+// fn(begin, end) over [0, items) on up to nthreads threads: OpenMP when compiled with it (the
+// loader tries -fopenmp first; the library then shares torch's libgomp, loaded under the same
+// name, so its worker threads are torch's and nothing is oversubscribed), else std::thread.
+// No threads for small calls (a decoder step).
+template <typename F>
+void parallel(int64_t items, int nthreads, int64_t work_per_item, F&& fn) {
+  int64_t useful = std::max<int64_t>(1, items * work_per_item / (1 << 18));
+  int n = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(std::max(1, nthreads)), items,
+                                              useful}));
+  if (n <= 1) {
+    fn(int64_t(0), items);
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(n)
+  {
+    const int64_t p = omp_get_thread_num(), count = omp_get_num_threads();
+    fn(items * p / count, items * (p + 1) / count);
+  }
+#else
+  std::vector<std::thread> pool;
+  pool.reserve(n - 1);
+  for (int p = 1; p < n; ++p)
+    pool.emplace_back([&, p] { fn(items * p / n, items * (p + 1) / n); });
+  fn(int64_t(0), items / n);
+  for (auto& th : pool) th.join();
+#endif
+}
+
+// -- forward: D = sum_t |q_it - k_jt| (and q.k) ---------------------------------------------
+constexpr int IT = 4;  // query rows per tile
+// key vectors per tile: D alone, D and q.k (twice the accumulators)
+constexpr int JV = VBYTES == 64 ? 4 : 2;
+constexpr int JV_QK = VBYTES == 64 ? 2 : 1;
+
+template <typename T, bool QK>
+__attribute__((always_inline)) inline void l1_tile(const T* __restrict q, int64_t d,
+                                                  const T* __restrict kt, int64_t ldk,
+                                                  T* __restrict out, T* __restrict dot_out,
+                                                  int64_t ldo) {
+  using V = typename Vec<T>::V;
+  using I = typename Vec<T>::I;
+  constexpr int W = VBYTES / sizeof(T);
+  constexpr int J = QK ? JV_QK : JV;
+  const I absmask = ~I{} ^ Vec<T>::kSign;  // every bit but the sign
+  V acc[IT][J], dot[IT][J];
+#pragma GCC unroll 16
+  for (int ii = 0; ii < IT; ++ii)
+#pragma GCC unroll 16
+    for (int jv = 0; jv < J; ++jv) acc[ii][jv] = dot[ii][jv] = V{};
+  for (int64_t t = 0; t < d; ++t) {
+    V kv[J];
+#pragma GCC unroll 16
+    for (int jv = 0; jv < J; ++jv) kv[jv] = load<V>(kt + t * ldk + jv * W);
+#pragma GCC unroll 16
+    for (int ii = 0; ii < IT; ++ii) {
+      const T qs = q[ii * d + t];
+#pragma GCC unroll 16
+      for (int jv = 0; jv < J; ++jv) {
+        acc[ii][jv] += (V)((I)(qs - kv[jv]) & absmask);
+        if constexpr (QK) dot[ii][jv] += qs * kv[jv];  // a fused multiply-add where there is one
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int ii = 0; ii < IT; ++ii)
+#pragma GCC unroll 16
+    for (int jv = 0; jv < J; ++jv) {
+      store(out + ii * ldo + jv * W, acc[ii][jv]);
+      if constexpr (QK) store(dot_out + ii * ldo + jv * W, dot[ii][jv]);
+    }
+}
+
+// IT rows of a (stride da) times a packed tile of keys bt (da, ldb): J vectors of products
+template <typename T, int J>
+__attribute__((always_inline)) inline void dot_tile(const T* __restrict a, int64_t da,
+                                                   const T* __restrict bt, int64_t ldb,
+                                                   T* __restrict out, int64_t ldo) {
+  using V = typename Vec<T>::V;
+  constexpr int W = VBYTES / sizeof(T);
+  V dot[IT][J];
+#pragma GCC unroll 16
+  for (int ii = 0; ii < IT; ++ii)
+#pragma GCC unroll 16
+    for (int jv = 0; jv < J; ++jv) dot[ii][jv] = V{};
+  for (int64_t t = 0; t < da; ++t) {
+    V bv[J];
+#pragma GCC unroll 16
+    for (int jv = 0; jv < J; ++jv) bv[jv] = load<V>(bt + t * ldb + jv * W);
+#pragma GCC unroll 16
+    for (int ii = 0; ii < IT; ++ii) {
+      const T as = a[ii * da + t];
+#pragma GCC unroll 16
+      for (int jv = 0; jv < J; ++jv) dot[ii][jv] += as * bv[jv];
+    }
+  }
+#pragma GCC unroll 16
+  for (int ii = 0; ii < IT; ++ii)
+#pragma GCC unroll 16
+    for (int jv = 0; jv < J; ++jv) store(out + ii * ldo + jv * W, dot[ii][jv]);
+}
+
+// the rows i0:i0+in of a tile of keys; a full tile written in place, a partial one through
+// zero-padded buffers
+template <typename T, typename F>
+__attribute__((always_inline)) inline void row_tiles(const T* x, int64_t dx, int64_t r,
+                                                    int64_t lk, int64_t jn, int64_t jt,
+                                                    T* out, T* out2, std::vector<T>& xbuf,
+                                                    std::vector<T>& obuf,
+                                                    std::vector<T>& obuf2, F&& tile) {
+  for (int64_t i0 = 0; i0 < r; i0 += IT) {
+    const int64_t in = std::min<int64_t>(IT, r - i0);
+    if (in == IT && jn == jt) {
+      tile(x + i0 * dx, out + i0 * lk, out2 ? out2 + i0 * lk : nullptr, lk);
+      continue;
+    }
+    std::fill(xbuf.begin(), xbuf.end(), T(0));
+    std::copy(x + i0 * dx, x + (i0 + in) * dx, xbuf.data());
+    tile(xbuf.data(), obuf.data(), obuf2.data(), jt);
+    for (int64_t ii = 0; ii < in; ++ii) {
+      std::copy(&obuf[ii * jt], &obuf[ii * jt] + jn, out + (i0 + ii) * lk);
+      if (out2) std::copy(&obuf2[ii * jt], &obuf2[ii * jt] + jn, out2 + (i0 + ii) * lk);
+    }
+  }
+}
+
+// keys j0:j0+jn of y (lk, dy) transposed into buf (dy, jt), zero-padded
+template <typename T>
+inline void pack(const T* y, int64_t dy, int64_t j0, int64_t jn, int64_t jt,
+                 std::vector<T>& buf) {
+  if (jn < jt) std::fill(buf.begin(), buf.end(), T(0));
+  const T* rows = y + j0 * dy;
+  for (int64_t jj = 0; jj < jn; ++jj)
+    for (int64_t t = 0; t < dy; ++t) buf[t * jt + jj] = rows[jj * dy + t];
+}
+
+// D (and q.k with QK, and a.b unless a is null), each (n, r, lk)
+template <typename T, bool QK>
+void l1_forward(const T* q, const T* k, T* out, T* dot, const T* a, const T* b, T* dot2,
+                int64_t n, int64_t r, int64_t lk, int64_t d, int64_t d2, int nthreads) {
+  constexpr int W = VBYTES / sizeof(T);
+  constexpr int J = QK ? JV_QK : JV;
+  constexpr int JT = J * W;  // keys per tile
+  const int64_t itiles = (r + IT - 1) / IT;
+  const int64_t jtiles = (lk + JT - 1) / JT;
+  // work items: (matrix, tile of keys), the tile's keys transposed into a (d, JT) buffer that
+  // stays in L1 while every row of q passes over it
+  parallel(n * jtiles, nthreads, IT * itiles * JT * (d + (a ? d2 : 0)),
+           [&](int64_t begin, int64_t end) {
+    std::vector<T> kbuf(d * JT), bbuf(a ? d2 * JT : 0), xbuf(IT * std::max(d, d2));
+    std::vector<T> obuf(IT * JT), obuf2(IT * JT);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t m = item / jtiles, j0 = (item % jtiles) * JT;
+      const int64_t jn = std::min<int64_t>(JT, lk - j0);
+      const int64_t at = m * r * lk + j0;  // the tile's first output
+      pack(k + m * lk * d, d, j0, jn, JT, kbuf);
+      row_tiles(q + m * r * d, d, r, lk, jn, JT, out + at, QK ? dot + at : nullptr, xbuf, obuf,
+                obuf2, [&](const T* x, T* o, T* o2, int64_t ldo) {
+                  l1_tile<T, QK>(x, d, kbuf.data(), JT, o, o2, ldo);
+                });
+      if (!a) continue;
+      pack(b + m * lk * d2, d2, j0, jn, JT, bbuf);
+      row_tiles(a + m * r * d2, d2, r, lk, jn, JT, dot2 + at, static_cast<T*>(nullptr), xbuf,
+                obuf, obuf2, [&](const T* x, T* o, T*, int64_t ldo) {
+                  dot_tile<T, J>(x, d2, bbuf.data(), JT, o, ldo);
+                });
+    }
+  });
+}
+
+// -- gradients of sum_ij (w_ij D_ij + e_ij q_i.k_j) -----------------------------------------
+//     gq_i  = sum_j w_ij sign(q_i - k_j) + e_ij k_j
+//     gk_j += sum_i w_ij sign(k_j - q_i) + e_ij q_i
+constexpr int GI = 2;  // query rows per tile (a power of 2)
+constexpr int TV = VBYTES == 64 ? 4 : 2;  // vectors of t per tile, at most
+constexpr int64_t GJ = 256;  // keys per chunk (the tile's rows of w and e stay in L1)
+
+// w sign(x) where x != 0, else 0
+template <typename T>
+__attribute__((always_inline)) inline typename Vec<T>::V signed_weight(typename Vec<T>::V x,
+                                                                      T w) {
+  using V = typename Vec<T>::V;
+  using I = typename Vec<T>::I;
+#if VBYTES == 64
+  if constexpr (sizeof(T) == 4) {  // one ternary-logic instruction: (x & sign) ^ w, zeroed
+    const __mmask16 nz = _mm512_cmp_ps_mask((__m512)x, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    return (V)_mm512_maskz_ternarylogic_epi32(nz, (__m512i)x, _mm512_set1_epi32(INT32_MIN),
+                                              (__m512i)_mm512_set1_ps(w), 0x6A);
+  } else {
+    const __mmask8 nz = _mm512_cmp_pd_mask((__m512d)x, _mm512_setzero_pd(), _CMP_NEQ_UQ);
+    return (V)_mm512_maskz_ternarylogic_epi64(nz, (__m512i)x, _mm512_set1_epi64(INT64_MIN),
+                                              (__m512i)_mm512_set1_pd(w), 0x6A);
+  }
+#else
+  const I sign = I{} + Vec<T>::kSign;
+  const V s = (V)(((I)x & sign) ^ (I)splat<V>(w));
+  return x != V{} ? s : V{};
+#endif
+}
+
+// One tile: GI rows of q (stride ldq), keys k (jn, stride ldk), w and e (GI, stride ldw),
+// TV vectors of t: gq (GI, stride ldq) += ..., gk (jn, stride ldk) += ...  Few rows and
+// several vectors of t: each broadcast of w_ij and e_ij serves TV vectors.
+template <typename T, bool E, int TV>
+__attribute__((always_inline)) inline void grad_tile(const T* __restrict q, int64_t ldq,
+                                                    const T* __restrict k, int64_t ldk,
+                                                    const T* __restrict w,
+                                                    const T* __restrict e, int64_t ldw,
+                                                    int64_t jn, T* __restrict gq,
+                                                    T* __restrict gk) {
+  using V = typename Vec<T>::V;
+  constexpr int W = VBYTES / sizeof(T);
+  V qv[GI][TV], acc[GI][TV];
+#pragma GCC unroll 16
+  for (int ii = 0; ii < GI; ++ii)
+#pragma GCC unroll 16
+    for (int tv = 0; tv < TV; ++tv) {
+      qv[ii][tv] = load<V>(q + ii * ldq + tv * W);
+      acc[ii][tv] = load<V>(gq + ii * ldq + tv * W);
+    }
+  for (int64_t j = 0; j < jn; ++j) {
+    V kv[TV], y[GI][TV];  // y: the share of gk_j of each row
+#pragma GCC unroll 16
+    for (int tv = 0; tv < TV; ++tv) kv[tv] = load<V>(k + j * ldk + tv * W);
+#pragma GCC unroll 16
+    for (int ii = 0; ii < GI; ++ii) {
+      const T wij = w[ii * ldw + j];
+      const V ev = E ? splat<V>(e[ii * ldw + j]) : V{};
+#pragma GCC unroll 16
+      for (int tv = 0; tv < TV; ++tv) {
+        const V z = signed_weight<T>(qv[ii][tv] - kv[tv], wij);
+        if constexpr (E) {
+          acc[ii][tv] += ev * kv[tv] + z;  // fused multiply-adds where there are
+          y[ii][tv] = ev * qv[ii][tv] - z;
+        } else {
+          acc[ii][tv] += z;
+          y[ii][tv] = z;
+        }
+      }
+    }
+#pragma GCC unroll 16
+    for (int step = 1; step < GI; step *= 2)  // pairwise sum over the rows
+#pragma GCC unroll 16
+      for (int ii = 0; ii < GI; ii += 2 * step)
+#pragma GCC unroll 16
+        for (int tv = 0; tv < TV; ++tv) y[ii][tv] += y[ii + step][tv];
+#pragma GCC unroll 16
+    for (int tv = 0; tv < TV; ++tv) {
+      T* at = gk + j * ldk + tv * W;
+      store(at, E ? load<V>(at) + y[0][tv] : load<V>(at) - y[0][tv]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int ii = 0; ii < GI; ++ii)
+#pragma GCC unroll 16
+    for (int tv = 0; tv < TV; ++tv) store(gq + ii * ldq + tv * W, acc[ii][tv]);
+}
+
+template <typename T, bool E>
+void l1_grads(const T* w, const T* e, const T* q, const T* k, T* gq, T* gk, int64_t n,
+              int64_t r, int64_t lk, int64_t d, int nthreads) {
+  constexpr int W = VBYTES / sizeof(T);
+  const int64_t dp = (d + W - 1) / W * W;  // t padded to whole vectors
+  const bool padded = dp != d;
+  const int64_t itiles = (r + GI - 1) / GI;
+  // work items: (matrix, chunk of keys); each chunk owns its rows of gk, and writes its own
+  // partial gq when a matrix is split into several chunks (few matrices, many threads)
+  int64_t chunks = 1;
+  if (n < nthreads) chunks = std::min<int64_t>((nthreads + n - 1) / n, (lk + 63) / 64);
+  std::vector<T> parts(chunks > 1 ? n * chunks * r * d : 0, T(0));
+  parallel(n * chunks, nthreads, r * lk * d / chunks, [&](int64_t begin, int64_t end) {
+    std::vector<T> qbuf(GI * dp), gqbuf(GI * dp), wbuf(GI * GJ), ebuf(E ? GI * GJ : 0);
+    std::vector<T> kbuf(padded ? lk * dp : 0), gkbuf(padded ? lk * dp : 0);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t m = item / chunks, c = item % chunks;
+      const int64_t ja = lk * c / chunks, jb = lk * (c + 1) / chunks;
+      const T* qm = q + m * r * d;
+      const T* wm = w + m * r * lk;
+      const T* em = E ? e + m * r * lk : nullptr;
+      T* gqm = chunks > 1 ? parts.data() + item * r * d : gq + m * r * d;
+      const T* km = k + m * lk * d;
+      T* gkm = gk + m * lk * d;
+      int64_t ldk = d;
+      if (padded) {  // t padded with zeros: x = 0 and q_t = k_t = 0 there, which add nothing
+        std::fill(kbuf.begin(), kbuf.end(), T(0));
+        std::fill(gkbuf.begin(), gkbuf.end(), T(0));
+        for (int64_t j = ja; j < jb; ++j) std::copy(km + j * d, km + (j + 1) * d, &kbuf[j * dp]);
+        km = kbuf.data();
+        ldk = dp;
+      }
+      T* gk_out = padded ? gkbuf.data() : gkm;
+      for (int64_t it = 0; it < itiles; ++it) {
+        const int64_t i0 = it * GI, in = std::min<int64_t>(GI, r - i0);
+        std::fill(qbuf.begin(), qbuf.end(), T(0));
+        std::fill(gqbuf.begin(), gqbuf.end(), T(0));
+        for (int64_t ii = 0; ii < in; ++ii)
+          std::copy(qm + (i0 + ii) * d, qm + (i0 + ii + 1) * d, &qbuf[ii * dp]);
+        for (int64_t j0 = ja; j0 < jb; j0 += GJ) {
+          const int64_t jn = std::min<int64_t>(GJ, jb - j0);
+          const T* wt = wm + i0 * lk + j0;
+          const T* et = E ? em + i0 * lk + j0 : nullptr;
+          int64_t ldw = lk;
+          if (in < GI) {  // last row tile: zero weights for the missing rows
+            std::fill(wbuf.begin(), wbuf.end(), T(0));
+            for (int64_t ii = 0; ii < in; ++ii)
+              std::copy(wt + ii * lk, wt + ii * lk + jn, &wbuf[ii * GJ]);
+            wt = wbuf.data();
+            if constexpr (E) {
+              std::fill(ebuf.begin(), ebuf.end(), T(0));
+              for (int64_t ii = 0; ii < in; ++ii)
+                std::copy(et + ii * lk, et + ii * lk + jn, &ebuf[ii * GJ]);
+              et = ebuf.data();
+            }
+            ldw = GJ;
+          }
+          for (int64_t t0 = 0; t0 < dp;) {
+            const T* qt = qbuf.data() + t0;
+            const T* kt = km + j0 * ldk + t0;
+            T* gqt = gqbuf.data() + t0;
+            T* gkt = gk_out + j0 * ldk + t0;
+            if (dp - t0 >= TV * W) {
+              grad_tile<T, E, TV>(qt, dp, kt, ldk, wt, et, ldw, jn, gqt, gkt);
+              t0 += TV * W;
+            } else {
+              grad_tile<T, E, 1>(qt, dp, kt, ldk, wt, et, ldw, jn, gqt, gkt);
+              t0 += W;
+            }
+          }
+        }
+        for (int64_t ii = 0; ii < in; ++ii)
+          std::copy(&gqbuf[ii * dp], &gqbuf[ii * dp] + d, gqm + (i0 + ii) * d);
+      }
+      if (padded)
+        for (int64_t j = ja; j < jb; ++j)
+          for (int64_t t = 0; t < d; ++t) gkm[j * d + t] += gkbuf[j * dp + t];
+    }
+  });
+  if (chunks > 1)
+    for (int64_t m = 0; m < n; ++m) {
+      T* out = gq + m * r * d;
+      std::fill(out, out + r * d, T(0));
+      for (int64_t c = 0; c < chunks; ++c) {
+        const T* part = parts.data() + (m * chunks + c) * r * d;
+        for (int64_t x = 0; x < r * d; ++x) out[x] += part[x];
+      }
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+int coda_l1_vector_bytes() { return VBYTES; }
+
+// D (n,r,lk); unless dot is null q.k (n,r,lk); unless a (n,r,d2) is null, a.b (n,r,lk) of
+// b (n,lk,d2) in dot2
+void coda_l1_forward_f32(const float* q, const float* k, float* out, float* dot, const float* a,
+                         const float* b, float* dot2, int64_t n, int64_t r, int64_t lk,
+                         int64_t d, int64_t d2, int nthreads) {
+  if (dot)
+    l1_forward<float, true>(q, k, out, dot, a, b, dot2, n, r, lk, d, d2, nthreads);
+  else
+    l1_forward<float, false>(q, k, out, dot, a, b, dot2, n, r, lk, d, d2, nthreads);
+}
+
+void coda_l1_forward_f64(const double* q, const double* k, double* out, double* dot,
+                         const double* a, const double* b, double* dot2, int64_t n, int64_t r,
+                         int64_t lk, int64_t d, int64_t d2, int nthreads) {
+  if (dot)
+    l1_forward<double, true>(q, k, out, dot, a, b, dot2, n, r, lk, d, d2, nthreads);
+  else
+    l1_forward<double, false>(q, k, out, dot, a, b, dot2, n, r, lk, d, d2, nthreads);
+}
+
+// gq (n,r,d) written, gk (n,lk,d) added to; e may be null (no q.k term)
+void coda_l1_grads_f32(const float* w, const float* e, const float* q, const float* k,
+                       float* gq, float* gk, int64_t n, int64_t r, int64_t lk, int64_t d,
+                       int nthreads) {
+  if (e)
+    l1_grads<float, true>(w, e, q, k, gq, gk, n, r, lk, d, nthreads);
+  else
+    l1_grads<float, false>(w, e, q, k, gq, gk, n, r, lk, d, nthreads);
+}
+
+void coda_l1_grads_f64(const double* w, const double* e, const double* q, const double* k,
+                       double* gq, double* gk, int64_t n, int64_t r, int64_t lk, int64_t d,
+                       int nthreads) {
+  if (e)
+    l1_grads<double, true>(w, e, q, k, gq, gk, n, r, lk, d, nthreads);
+  else
+    l1_grads<double, false>(w, e, q, k, gq, gk, n, r, lk, d, nthreads);
+}
+
+}  // extern "C"

@@ -1,0 +1,423 @@
+"""The machinery behind the multi-head fast path of :mod:`attention.window`: the soft window
+(Eq. 7-11) and the MW / AW weights (Eq. 12-17) fused block by block of query rows, in a
+custom autograd function that keeps only the O(L * d) inputs for the backward pass and
+recomputes each block there (as flash attention does).
+
+Per block of r query rows (all B * H heads at once) the forward pass forms the global,
+left, right (and for AW local) scores (N, r, Lk) with one batched matmul each, turns them
+into the weights with one fused kernel (the two boundary softmaxes, their cumulative sums,
+Eq. 9-11 and the final softmax or product) and multiplies the weights with the values; no
+(L x L) matrix of any head outlives its block.  The backward pass recomputes the block's
+scores, runs one fused kernel for the chain rule back to the four score blocks, and
+accumulates the matmul gradients of q, k, v, the boundary and local projections.
+
+The derivative through the window (m = L_b R_a + R_b L_a, L_b the cumulative sum of phi_l,
+L_a = sum_j phi_l - L_b + phi_l its reverse; segments pick L_b at the end and L_a at the
+start of each token's segment) is
+
+    dphi_l[i] = sum_{j >= start(i)} dL_b'[j]  +  sum_{j <= end(i)} dL_a'[j]
+
+(dL_b' = dm * R_a etc., per token after the segment gather), one cumulative sum for tokens
+(dphi = sum(dL_b) + dL_b + cumsum(dL_a - dL_b)) and two for segments.
+
+The score scales are folded into the query rows before the matmuls ((s q) k^T), so the
+kernels take no float options: one compiled graph per dtype and structure (mask or none,
+segments or tokens, AW or MW).  The kernels are compiled through
+:class:`attention._compiled.Compiled` (eager without a compiler or with
+``ATTNREPRO_COMPILE=0``; blocks with a size below 2 always run eagerly, so that dynamo never
+specialises on size 1).  The backward is not differentiable again (no double backward).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from attention._compiled import Compiled
+
+#: bytes of one (N, rows, Lk) block of scores; a block step holds about a dozen of them
+BLOCK_BYTES = 2 << 20
+
+
+# -- the block kernels (written as plain expressions; compiled through Compiled) -----------
+def _softmax(s: Tensor, mask: Tensor | None) -> Tensor:
+    """attention.masking.masked_softmax over the last dim (masked entries and fully masked
+    rows exactly 0)."""
+    if mask is None:
+        return torch.softmax(s, -1)
+    s = s.masked_fill(~mask, float("-inf"))
+    top = s.amax(-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    e = torch.exp(s - top)
+    return e / e.sum(-1, keepdim=True).clamp(min=torch.finfo(e.dtype).tiny)
+
+
+def _softmax_grad(p: Tensor, dp: Tensor) -> Tensor:
+    return p * (dp - (dp * p).sum(-1, keepdim=True))
+
+
+def _window(phi_l: Tensor, phi_r: Tensor, start: Tensor | None, end: Tensor | None):
+    """(L_b, L_a, R_b, R_a, m): the four factors of Eq. 9 (per token or segment, Eq. 10-11)
+    and the window, as :func:`attention.window.window_mask` computes them."""
+    l_before, r_before = phi_l.cumsum(-1), phi_r.cumsum(-1)
+    l_after = l_before[..., -1:] - l_before + phi_l
+    r_after = r_before[..., -1:] - r_before + phi_r
+    if start is not None:
+        l_before, r_before = l_before.index_select(-1, end), r_before.index_select(-1, end)
+        l_after, r_after = l_after.index_select(-1, start), r_after.index_select(-1, start)
+    return l_before, l_after, r_before, r_after, l_before * r_after + r_before * l_after
+
+
+def _boundary_grad(d_before: Tensor, d_after: Tensor, start: Tensor | None,
+                   end: Tensor | None) -> Tensor:
+    """dL/dphi from the gradients of its cumulative sum (``d_before``) and reverse cumulative
+    sum (``d_after``), both per token after the segment gather."""
+    if start is None:
+        return (d_before.sum(-1, keepdim=True) + d_before
+                + (d_after - d_before).cumsum(-1))
+    c_before = d_before.cumsum(-1)
+    reverse = c_before[..., -1:] - c_before + d_before  # sum_{j >= i}
+    return reverse.index_select(-1, start) + d_after.cumsum(-1).index_select(-1, end)
+
+
+def _window_grad(dm: Tensor, phi_l: Tensor, phi_r: Tensor, factors, start, end):
+    """(dL/d left scores, dL/d right scores) from dL/dm (the boundary softmaxes' backward)."""
+    l_before, l_after, r_before, r_after = factors
+    d_phi_l = _boundary_grad(dm * r_after, dm * r_before, start, end)
+    d_phi_r = _boundary_grad(dm * l_after, dm * l_before, start, end)
+    return _softmax_grad(phi_l, d_phi_l), _softmax_grad(phi_r, d_phi_r)
+
+
+def aw_forward(sg: Tensor, sl: Tensor, sr: Tensor, sc: Tensor, mask: Tensor | None,
+               start: Tensor | None, end: Tensor | None) -> Tensor:
+    """AW weights softmax(global + m_hat * local) (Eq. 14-17) from the (already scaled)
+    global, left, right and local scores of a block."""
+    m = _window(_softmax(sl, mask), _softmax(sr, mask), start, end)[-1]
+    return _softmax(sg + m * sc, mask)
+
+
+def aw_backward(sg, sl, sr, sc, mask, start, end, da):
+    """(A, dL/d global, left, right, local scores) from dL/dA of a block."""
+    phi_l, phi_r = _softmax(sl, mask), _softmax(sr, mask)
+    *factors, m = _window(phi_l, phi_r, start, end)
+    a = _softmax(sg + m * sc, mask)
+    dz = _softmax_grad(a, da)
+    dsl, dsr = _window_grad(dz * sc, phi_l, phi_r, factors, start, end)
+    return a, dz, dsl, dsr, dz * m
+
+
+def mw_forward(sg: Tensor, sl: Tensor, sr: Tensor, mask: Tensor | None,
+               start: Tensor | None, end: Tensor | None) -> Tensor:
+    """MW weights softmax(global) * m_hat (Eq. 12) of a block."""
+    m = _window(_softmax(sl, mask), _softmax(sr, mask), start, end)[-1]
+    return _softmax(sg, mask) * m
+
+
+def mw_backward(sg, sl, sr, mask, start, end, da):
+    """(A, dL/d global, left, right scores) from dL/dA of a block."""
+    phi_l, phi_r = _softmax(sl, mask), _softmax(sr, mask)
+    *factors, m = _window(phi_l, phi_r, start, end)
+    p = _softmax(sg, mask)
+    dsl, dsr = _window_grad(da * p, phi_l, phi_r, factors, start, end)
+    return p * m, _softmax_grad(p, da * m), dsl, dsr
+
+
+KERNELS = {"aw": (Compiled(aw_forward), Compiled(aw_backward)),
+           "mw": (Compiled(mw_forward), Compiled(mw_backward))}
+
+
+#: tiles of fewer score entries run their kernels eagerly (compiling would not pay)
+MIN_COMPILED = 1 << 14
+
+
+def _run(kernel: Compiled, *args):
+    """The compiled kernel, or its expression eagerly for small tiles and tiles with a
+    size below 2 (so that dynamo never specialises a graph on size 1)."""
+    first = args[0]
+    if min(first.shape) < 2 or first.numel() < MIN_COMPILED:
+        return kernel.fn(*args)
+    return kernel(*args)
+
+
+# -- one call, tile by tile ---------------------------------------------------------------
+def _t(x: Tensor) -> Tensor:
+    return x.transpose(1, 2).contiguous()
+
+
+class Tile(NamedTuple):
+    """Matrices n0:n1 of the N = B * H flattened ones, query rows i0:i1."""
+
+    index: int
+    n: slice
+    rows: slice
+
+
+def tiles(n: int, lq: int, lk: int, element_size: int) -> list[Tile]:
+    """Tiles of about BLOCK_BYTES: whole rows of as many matrices as fit (larger matmuls
+    than a few rows of every matrix), else blocks of rows of two matrices (a compiled kernel
+    never sees a tile of one matrix, a size 1)."""
+    per_tile = max(1, BLOCK_BYTES // (element_size * max(1, lk)))  # rows of scores
+    rows = min(max(1, lq), max(1, per_tile // min(n, 2)))
+    matrices = min(max(1, n), max(1, per_tile // rows))
+    out: list[Tile] = []
+    for n0 in range(0, n, matrices):
+        for i0 in range(0, lq, rows):
+            out.append(Tile(len(out), slice(n0, min(n0 + matrices, n)),
+                            slice(i0, min(i0 + rows, lq))))
+    return out
+
+
+class MaskTiles:
+    """Tiles of a mask broadcastable to (*batch, Lq, Lk), each (matrices, rows, Lk)
+    contiguous (the whole expanded mask is never copied)."""
+
+    def __init__(self, mask: Tensor | None, batch: tuple[int, ...], n: int, lk: int):
+        self.mask, self.lk = mask, lk
+        if mask is not None:
+            own = (1,) * (len(batch) + 2 - mask.dim()) + tuple(mask.shape)
+            self.flat = mask.reshape(-1, *own[-2:])  # the mask's own matrices
+            #: the one of them each of the N flattened matrices uses
+            self.index = torch.arange(self.flat.shape[0], device=mask.device).view(
+                own[:-2]).expand(batch).reshape(n)
+            self.identity = self.flat.shape[0] == n
+
+    def __call__(self, t: Tile) -> Tensor | None:
+        if self.mask is None:
+            return None
+        rows = self.flat if self.flat.shape[1] == 1 else self.flat[:, t.rows]
+        rows = rows[t.n] if self.identity else rows.index_select(0, self.index[t.n])
+        return rows.expand(t.n.stop - t.n.start, t.rows.stop - t.rows.start,
+                           self.lk).contiguous()
+
+
+def _keep(like: Tensor, shape: tuple[int, ...], p: float, seed: int,
+          index: int) -> Tensor | None:
+    """Dropout factors of tile ``index`` (0 or 1/(1-p)), regenerated from the seed in the
+    backward pass instead of stored; None without dropout."""
+    if p <= 0:
+        return None
+    gen = torch.Generator(device=like.device)
+    gen.manual_seed(seed + index)
+    keep = torch.rand(shape, generator=gen, device=like.device, dtype=like.dtype) >= p
+    return keep.to(like.dtype) / (1 - p)
+
+
+class Options(NamedTuple):
+    variant: str  # "aw" | "mw"
+    segment_size: int
+    boundary_scale: float | str  # a constant or "length"
+    scale: float  # of the global (and AW local) scores, 1/sqrt(d)
+    dropout: float
+    need_weights: bool
+    batch: tuple[int, ...]  # (B, H): the mask broadcasts to (B, H, Lq, Lk)
+
+
+class Inputs(NamedTuple):
+    """Flattened (N = B * H) tensors of one call.  ``paper``: boundary weights w (2, H, d, e),
+    the boundary query rows q W and keys k; else (``authors``) projections lq, rq (N, Lq, e),
+    lk, rk (N, Lk, e).  ``cq``, ``ck``: AW local projections (N, L, e) or None (MW)."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    w: Tensor | None
+    lq: Tensor | None
+    lk: Tensor | None
+    rq: Tensor | None
+    rk: Tensor | None
+    cq: Tensor | None
+    ck: Tensor | None
+
+
+class Scores(NamedTuple):
+    """A tile's scaled query rows (qs, ls, rs, cs) and score blocks (sg, sl, sr, sc)."""
+
+    qs: Tensor
+    ls: Tensor
+    rs: Tensor
+    cs: Tensor | None
+    sg: Tensor
+    sl: Tensor
+    sr: Tensor
+    sc: Tensor | None
+    scale: Tensor | float  # the boundary scores' multiplier
+
+
+class Rows:
+    """The score tiles of one call; each method's temporaries die with it."""
+
+    def __init__(self, x: Inputs, mask: Tensor | None, opt: Options):
+        self.x, self.opt = x, opt
+        n, lq, lk = x.q.shape[0], x.q.shape[1], x.k.shape[1]
+        self.masks = MaskTiles(mask, opt.batch, n, lk)
+        self.tiles = tiles(n, lq, lk, x.q.element_size())
+        self.start = self.end = None
+        if opt.segment_size > 1:
+            j = torch.arange(lk, device=x.q.device)
+            self.start = j - j % opt.segment_size
+            self.end = (self.start + opt.segment_size - 1).clamp(max=lk - 1)
+        self.w = None
+        if x.w is not None:  # (2, H, d, e) -> (N, d, 2e): [W_l | W_r] of each flattened head
+            heads, d, e = x.w.shape[1:]
+            self.w = (x.w.permute(1, 2, 0, 3).reshape(1, heads, d, 2 * e)
+                      .expand(n // heads, heads, d, 2 * e).reshape(n, d, 2 * e))
+
+    def boundary_scale(self, mb: Tensor | None) -> Tensor | float:
+        """The boundary scores' multiplier for the tile's rows: a float or (n, r, 1)."""
+        if self.opt.boundary_scale != "length":
+            return float(self.opt.boundary_scale)
+        if mb is None:
+            return float(self.x.k.shape[1])
+        return mb.sum(-1, keepdim=True).to(self.x.q.dtype)
+
+    def scores(self, t: Tile, mb: Tensor | None) -> Scores:
+        x, n, rows, r = self.x, t.n, t.rows, t.rows.stop - t.rows.start
+        s = self.boundary_scale(mb)
+        qs = x.q[n, rows] * self.opt.scale
+        # (contiguous k^T: a transposed view makes the batched matmul about 2x slower)
+        kt = _t(x.k[n])
+        if self.w is not None:  # paper: [q; q W_l s; q W_r s] k^T in one matmul
+            lr = (x.q[n, rows] @ self.w[n]) * s  # (n, r, 2e)
+            e = lr.shape[-1] // 2
+            ls, rs = lr[..., :e], lr[..., e:]
+            both = torch.cat([qs, ls, rs], 1) @ kt  # (n, 3r, Lk)
+            sg, sl, sr = both[:, :r], both[:, r:2 * r], both[:, 2 * r:]
+        else:
+            ls, rs = x.lq[n, rows] * s, x.rq[n, rows] * s
+            sg = qs @ kt
+            sl, sr = ls @ _t(x.lk[n]), rs @ _t(x.rk[n])
+        cs = sc = None
+        if x.cq is not None:
+            cs = x.cq[n, rows] * self.opt.scale
+            sc = cs @ _t(x.ck[n])
+        return Scores(qs, ls, rs, cs, sg, sl, sr, sc, s)
+
+    def keep(self, t: Tile, seed: int) -> Tensor | None:
+        shape = (t.n.stop - t.n.start, t.rows.stop - t.rows.start, self.x.k.shape[1])
+        return _keep(self.x.q, shape, self.opt.dropout, seed, t.index)
+
+    def weights(self, t: Tile, seed: int) -> tuple[Tensor, Tensor]:
+        """(A, A with dropout) of a tile."""
+        mb = self.masks(t)
+        c = self.scores(t, mb)
+        if self.opt.variant == "aw":
+            a = _run(KERNELS["aw"][0], c.sg, c.sl, c.sr, c.sc, mb, self.start, self.end)
+        else:
+            a = _run(KERNELS["mw"][0], c.sg, c.sl, c.sr, mb, self.start, self.end)
+        keep = self.keep(t, seed)
+        return a, (a if keep is None else a * keep)
+
+    def backward(self, t: Tile, g: Grads, seed: int, g_out: Tensor | None,
+                 g_weights: Tensor | None) -> None:
+        """Add a tile's share to the input gradients ``g``."""
+        x, opt, n, rows = self.x, self.opt, t.n, t.rows
+        mb = self.masks(t)
+        c = self.scores(t, mb)
+        keep = self.keep(t, seed)
+        da = None
+        if g_out is not None:
+            go = g_out[n, rows]
+            da = go @ _t(x.v[n])  # dL/d(A with dropout)
+            if keep is not None:
+                da = da * keep
+        if g_weights is not None:
+            da = g_weights[n, rows] if da is None else da + g_weights[n, rows]
+        if opt.variant == "aw":
+            a, dsg, dsl, dsr, dsc = _run(KERNELS["aw"][1], c.sg, c.sl, c.sr, c.sc, mb,
+                                         self.start, self.end, da)
+        else:
+            a, dsg, dsl, dsr = _run(KERNELS["mw"][1], c.sg, c.sl, c.sr, mb, self.start,
+                                    self.end, da)
+            dsc = None
+        del da
+        if g.v is not None and g_out is not None:
+            g.v[n].baddbmm_((a if keep is None else a * keep).transpose(1, 2), go)
+        del a
+        k = x.k[n]
+        gq = (dsg @ k) * opt.scale if g.q is not None else None
+        if g.k is not None:
+            g.k[n].baddbmm_(dsg.transpose(1, 2), c.qs)
+        if self.w is not None:  # paper: ls = q W_l s, scores ls k^T
+            if g.k is not None:
+                g.k[n].baddbmm_(dsl.transpose(1, 2), c.ls).baddbmm_(dsr.transpose(1, 2), c.rs)
+            if g.q is not None or g.w is not None:
+                d_lr = torch.cat([dsl @ k, dsr @ k], -1) * c.scale  # dL/d(q W) (n, r, 2e)
+                if g.q is not None:
+                    gq.baddbmm_(d_lr, self.w[n].transpose(1, 2))
+                if g.w is not None:
+                    g.w[n].baddbmm_(x.q[n, rows].transpose(1, 2), d_lr)
+        else:
+            for dsb, side_k, grad_q, grad_k, scaled in (
+                    (dsl, x.lk, g.lq, g.lk, c.ls), (dsr, x.rk, g.rq, g.rk, c.rs)):
+                if grad_q is not None:
+                    grad_q[n, rows] = (dsb @ side_k[n]) * c.scale
+                if grad_k is not None:
+                    grad_k[n].baddbmm_(dsb.transpose(1, 2), scaled)
+        if dsc is not None:
+            if g.cq is not None:
+                g.cq[n, rows] = (dsc @ x.ck[n]) * opt.scale
+            if g.ck is not None:
+                g.ck[n].baddbmm_(dsc.transpose(1, 2), c.cs)
+        if gq is not None:
+            g.q[n, rows] = gq
+
+
+class Grads:
+    """Accumulating input gradients (those asked for)."""
+
+    def __init__(self, x: Inputs, needs: tuple[bool, ...]):
+        self.q, self.k, self.v, self.w, self.lq, self.lk, self.rq, self.rk, self.cq, \
+            self.ck = (None if t is None or not need else torch.zeros_like(t)
+                       for t, need in zip(x, needs, strict=True))
+        if self.w is not None:  # accumulated per flattened head: (N, d, 2e)
+            n, d, e = x.q.shape[0], x.w.shape[2], x.w.shape[3]
+            self.w = x.q.new_zeros(n, d, 2 * e)
+
+
+class WindowAttention(torch.autograd.Function):
+    """(out = A v, A or None) of :class:`Inputs`, tile by tile of query rows."""
+
+    @staticmethod
+    def forward(ctx, opt: Options, mask: Tensor | None, *tensors: Tensor | None):
+        ctx.set_materialize_grads(False)
+        x = Inputs(*tensors)
+        seed = int(torch.randint(1 << 62, ())) if opt.dropout > 0 else 0
+        rows = Rows(x, mask, opt)
+        n, lq, lk = x.q.shape[0], x.q.shape[1], x.k.shape[1]
+        out = x.q.new_empty(n, lq, x.v.shape[2])
+        weights = x.q.new_empty(n, lq, lk) if opt.need_weights else None
+        for t in rows.tiles:
+            a, ad = rows.weights(t, seed)
+            out[t.n, t.rows] = ad @ x.v[t.n]
+            if weights is not None:
+                weights[t.n, t.rows] = a
+            del a, ad
+        ctx.save_for_backward(*tensors)
+        ctx.args = (mask, opt, seed)
+        return out, weights
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g_out, g_weights):
+        x = Inputs(*ctx.saved_tensors)
+        mask, opt, seed = ctx.args
+        rows = Rows(x, mask, opt)
+        g = Grads(x, ctx.needs_input_grad[2:])
+        if g_out is not None or g_weights is not None:
+            for t in rows.tiles:
+                rows.backward(t, g, seed, g_out, g_weights)
+        gw = None
+        if g.w is not None:  # (N, d, 2e) -> (2, H, d, e)
+            heads, d, e = x.w.shape[1:]
+            gw = g.w.view(-1, heads, d, 2, e).sum(0).permute(2, 0, 1, 3).contiguous()
+        return None, None, g.q, g.k, g.v, gw, g.lq, g.lk, g.rq, g.rk, g.cq, g.ck
+
+
+def window_attention(x: Inputs, mask: Tensor | None, opt: Options) -> tuple[Tensor,
+                                                                             Tensor | None]:
+    """Run :class:`WindowAttention` on flattened inputs: (out (N, Lq, dv), A (N, Lq, Lk) or
+    None)."""
+    return WindowAttention.apply(opt, mask, *x)
