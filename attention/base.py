@@ -112,6 +112,11 @@ class MultiHeadCore(nn.Module):
     (attention or quasi-attention, exactly 0 at masked keys) when ``need_weights``.
     """
 
+    def check_causal(self) -> None:
+        """Raise :class:`UnsupportedContext` if this core, as configured, cannot attend
+        causally; models call it when they build a decoder's self-attention, so a run with
+        such options stops before training (``forward(causal=True)`` refuses them too)."""
+
 
 class AlignmentCore(nn.Module):
     """Context 2: pairwise alignment (DecompAtt Eq. 4, CoDA Eq. 7), both directions.

@@ -486,14 +486,18 @@ class DensityMultiHead(MultiHeadCore):
         self.scheme, self.dropout, self.block_elements = scheme, dropout, block_elements
         self.w_s = _pair_weight(scheme, (n_heads, 1, 1), (n_heads, head_dim))  # one per head
 
-    def forward(self, q, k, v, *, key_mask=None, causal=False, need_weights=False,
-                query_input=None, key_input=None):
-        if causal and self.scheme == "mqt":
+    def check_causal(self) -> None:
+        if self.scheme == "mqt":
             raise UnsupportedContext(
                 "attention 'density' (scheme='mqt') cannot be used for causal multihead "
                 "attention: the rows j averaged over depend on the query, so the per-source "
                 "sums P_k do not apply and the exact sum costs Lq*Lk^2*d per head; use "
                 "scheme='aqt' or another mechanism for causal self-attention")
+
+    def forward(self, q, k, v, *, key_mask=None, causal=False, need_weights=False,
+                query_input=None, key_input=None):
+        if causal:
+            self.check_causal()
         mask = attention_mask(key_mask, q.shape[-2], k.shape[-2], causal, device=q.device)
         diagonal = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B,H,Lq,Lk)
         if self.scheme == "mqt":

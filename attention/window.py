@@ -68,6 +68,7 @@ from attention.base import (
     DecoderCore,
     Mechanism,
     MultiHeadCore,
+    UnsupportedContext,
     query_projection,
 )
 from attention.masking import attention_mask, check_mask, masked_attention, masked_softmax
@@ -274,12 +275,16 @@ class WindowMultiHead(MultiHeadCore):
             return self._fused(q, k, v, mask, need_weights, query_input, key_input)
         return self._plain(q, k, v, mask, need_weights, query_input, key_input)
 
-    def _check(self, causal, query_input, key_input) -> None:
-        if causal and self.segment_size > 1:
-            raise ValueError(
+    def check_causal(self) -> None:
+        if self.segment_size > 1:
+            raise UnsupportedContext(
                 f"window: segment_size={self.segment_size} with causal attention: the decoder "
                 "cannot point to unfinished segments (Sec. 4.3); use segment_size=1 for decoder "
                 "self-attention")
+
+    def _check(self, causal, query_input, key_input) -> None:
+        if causal:
+            self.check_causal()
         if (self.boundary == "authors" or self.variant == "aw") and (
                 query_input is None or key_input is None):
             raise ValueError(

@@ -522,7 +522,7 @@ def wandb_mode() -> str:
 
 def run_cli(experiment: Experiment, argv: list[str] | None):
     """LightningCLI for one run; returns the CLI object (tests inspect it)."""
-    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
     threads = os.environ.get("ATTNREPRO_THREADS")
     if threads:
@@ -530,6 +530,21 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
 
         torch.set_num_threads(int(threads))
     silence_lightning_tips()
+
+    class CompactParser(LightningArgumentParser):
+        """An argument error in two lines (the message, with the closest valid options for a
+        misspelt one, and where the help is) instead of the whole usage first."""
+
+        def error(self, message: str, ex: Exception | None = None):
+            if not self.exit_on_error or debug():
+                return super().error(message, ex)
+            parser = getattr(ex, "subcommand_parser", None) or self
+            # the script's name, also when main() is called in-process
+            prog = " ".join([f"{experiment.name}.py",
+                             *parser.prog.replace(" [options]", "").split()[1:]])
+            sys.stderr.write(f"{prog}: error: {message}{closest_options(parser, message)}\n"
+                             f"(every option: {prog} --help)\n")
+            self.exit(2)
 
     class ExperimentCLI(LightningCLI):
         @staticmethod
@@ -547,6 +562,16 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
                 configs = [str(getattr(p, "relative", p))  # as the user typed it
                            for p in self.config[self.subcommand].get("config") or []]
                 raise SystemExit(missing_dataset_message(experiment, self.subcommand, configs))
+
+        def instantiate_classes(self):
+            # a value the model's or DataModule's constructor refuses (a size of 0, options
+            # that cannot go together): one line, like a malformed file
+            try:
+                super().instantiate_classes()
+            except data_errors():
+                raise
+            except ValueError as err:
+                raise ConfigError(str(err)) from err
 
         def add_arguments_to_parser(self, parser):
             parser.add_argument("--run.group", type=str, default="adhoc",
@@ -620,7 +645,7 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
             experiment.model_class, experiment.datamodule_class,
             subclass_mode_model=experiment.subclass_mode_model,
             subclass_mode_data=experiment.subclass_mode_data,
-            auto_configure_optimizers=False, args=argv,
+            auto_configure_optimizers=False, args=argv, parser_class=CompactParser,
             save_config_kwargs={"overwrite": True},
             # every DataModule of the suite shards its length-bucketed batches across
             # processes itself (datamodules.common.BucketBatchSampler), so Lightning must
@@ -628,7 +653,49 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
             trainer_defaults={"use_distributed_sampler": False},
         )
     except data_errors() as err:  # the data: one line
+        if debug():
+            raise
         raise SystemExit(f"{experiment.name}.py: {err}") from err
+    except ConfigError as err:
+        if debug():
+            raise
+        raise SystemExit(f"{experiment.name}.py: invalid configuration: {err} "
+                         f"(ATTNREPRO_DEBUG=1 shows the traceback)") from err
+
+
+def closest_options(parser, message: str) -> str:
+    """'; did you mean ...?' naming the valid options closest to the unknown ones in an
+    argument error (``--model.dropoutt`` on the command line, ``model.dropoutt`` in a config
+    file), from every option of ``parser`` and its subcommands; '' if none is close."""
+    import difflib
+
+    unknown = re.findall(r"--([\w.]+)", message.partition("unrecognized arguments:")[2])
+    unknown += re.findall(r"does not accept (?:option|key) '([\w.]+)'", message)
+    if not unknown:
+        return ""
+    known: set[str] = set()
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        for action in p._actions:
+            known.update(o.lstrip("-") for o in action.option_strings if o.startswith("--"))
+            stack.extend(getattr(action, "_name_parser_map", {}).values())
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.75)
+        if close:
+            hints.append(f"{name}: did you mean {' or '.join('--' + c for c in close)}?")
+    return ("; " + "; ".join(hints)) if hints else ""
+
+
+class ConfigError(ValueError):
+    """A configuration that the model's or the DataModule's constructor refused."""
+
+
+def debug() -> bool:
+    """``ATTNREPRO_DEBUG=1``: errors of the data and the configuration end in their full
+    traceback instead of one line."""
+    return os.environ.get("ATTNREPRO_DEBUG", "") not in ("", "0")
 
 
 def data_errors() -> tuple[type[Exception], ...]:
@@ -649,6 +716,8 @@ def prepared_attribute(name: str, datamodule):
         prepare(datamodule)
         return getattr(datamodule, name)
     except data_errors() as err:
+        if debug():
+            raise
         # one line (SystemExit passes through jsonargparse, which would wrap the error)
         raise SystemExit(f"{Path(sys.argv[0]).name}: {err}") from err
 

@@ -157,6 +157,7 @@ class DecoderLayer(nn.Module):
                  cross_mechanism: Mechanism | None):
         super().__init__()
         self.self_attn = _attention(config, self_mechanism, self_attention=True)
+        self.self_attn.core.check_causal()  # options that cannot be causal stop the run here
         self.res_self = Residual(config)
         self.cross_attn = None
         if cross_mechanism is not None:

@@ -308,3 +308,88 @@ def test_sweep_writes_beside_the_runs_and_is_never_a_config(runs, tmp_path, caps
         .startswith("coda_mlu has no config 'sweep-table6-paper'; configs: paper, smoke (")
     coda_mlu.EXPERIMENT.main(["--help"])
     assert "sweep-" not in capsys.readouterr().out
+
+
+# -- bad configuration (issue 16, item 5): one line, no traceback ------------------------------
+MLU = coda_mlu.EXPERIMENT
+MLU_SMOKE = ["fit", "--config", "experiments/configs/coda_mlu/smoke.yaml"]
+DEBUG_HINT = " (ATTNREPRO_DEBUG=1 shows the traceback)"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model.d_model", "0"], "d_model must be at least 1, got 0"),
+    (["--model.d_model", "-8"], "d_model must be at least 1, got -8"),
+    (["--model.n_heads", "0"], "n_heads must be at least 1, got 0"),
+    (["--model.n_heads", "3"], "d_model 32 is not divisible by n_heads 3"),
+    (["--model.d_ff", "0"], "d_ff must be at least 1, got 0"),
+    (["--model.n_encoder_layers", "-1"], "the number of layers must be at least 1, got -1"),
+    (["--data.train_size", "0"],
+     "MLUDataModule: train_size must be at least 1 (or give train_file), got 0"),
+    (["--model.attention", "window", "--model.attention.segment_size", "2"],
+     "window: segment_size=2 with causal attention: the decoder cannot point to unfinished "
+     "segments (Sec. 4.3); use segment_size=1 for decoder self-attention"),
+    (["--model.attention", "density"],
+     "attention 'density' (scheme='mqt') cannot be used for causal multihead attention: the "
+     "rows j averaged over depend on the query, so the per-source sums P_k do not apply and "
+     "the exact sum costs Lq*Lk^2*d per head; use scheme='aqt' or another mechanism for causal "
+     "self-attention"),
+])
+def test_a_refused_configuration_is_one_line_before_training(runs, args, message):
+    assert error(MLU, [*MLU_SMOKE, *args]) == (
+        f"coda_mlu.py: invalid configuration: {message}{DEBUG_HINT}")
+    assert not list(runs.glob("**/metrics.csv"))  # nothing trained
+
+
+def test_relative_cross_attention_is_refused_in_one_line(runs):
+    message = error(coda_mt.EXPERIMENT, [
+        "fit", "--config", "experiments/configs/coda_mt/smoke.yaml", "--model.cross_attention",
+        "relative"])
+    assert message.startswith("coda_mt.py: invalid configuration: attention 'relative' cannot "
+                              "be used for multi-head cross attention"), message
+
+
+def test_debug_shows_the_traceback(runs, monkeypatch):
+    monkeypatch.setenv("ATTNREPRO_DEBUG", "1")
+    with pytest.raises(ValueError, match="d_model must be at least 1, got 0"):
+        MLU.main([*MLU_SMOKE, "--model.d_model", "0"])
+
+
+@pytest.mark.parametrize("args,lines", [
+    (["--model.dropoutt", "0.1"],
+     ["coda_mlu.py fit: error: unrecognized arguments: --model.dropoutt 0.1; model.dropoutt: "
+      "did you mean --model.dropout?"]),
+    (["--trainer.max_stepz", "3"],
+     ["coda_mlu.py fit: error: unrecognized arguments: --trainer.max_stepz 3; "
+      "trainer.max_stepz: did you mean --trainer.max_steps or --trainer.max_time or "
+      "--trainer.min_steps?"]),
+    (["--config", "nonexist.yaml"],
+     [f"coda_mlu.py fit: error: Parser key \"config\": File does not exist: "
+      f"'{ROOT / 'nonexist.yaml'}'"]),
+    (["--config", "{bad}"],
+     ["coda_mlu.py fit: error: Subcommand 'fit' does not accept option 'model.dropoutt'; "
+      "model.dropoutt: did you mean --model.dropout?"]),
+])
+def test_an_unknown_option_or_file_is_two_lines(runs, tmp_path, capsys, monkeypatch, args,
+                                                 lines):
+    monkeypatch.chdir(ROOT)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  dropoutt: 0.1\n")
+    args = [a.replace("{bad}", str(bad)) for a in args]
+    with pytest.raises(SystemExit) as done:
+        MLU.main([*MLU_SMOKE, *args])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        *lines, "(every option: coda_mlu.py fit --help)"]
+
+
+def test_a_bad_data_file_is_one_line_from_the_script(env, tmp_path):
+    """Issue 16 item 4 at the command: the reader's error, no traceback."""
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"x=1,y=2,x+y:3\nx=1,y=2,x+y:3 \xe9\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "coda_mlu.py"), *MLU_SMOKE,
+                           "--data.train_file", str(bad)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"coda_mlu.py: {bad}:2: expected UTF-8 text, got \"b'x=1,y=2,x+y:3 \\\\xe9\\\\n'\"")
