@@ -44,6 +44,9 @@ PAPER = {  # Table 5: SST, IMDB, SVA accuracy (%)
     "window-aw": (82.13, 87.98, 96.19),
 }
 DATASETS = ("sst", "imdb", "sva")
+#: the cost grid's rows: Table 5's, and CoDA (layer 1, as the window)
+COST_ROWS = {**{row: flags for row, (_, flags) in ROWS.items()},
+             "coda": ["--model.attention=coda"]}
 
 EXPERIMENT = Experiment(
     name="dwin_classification",
@@ -70,6 +73,26 @@ EXPERIMENT = Experiment(
                    "attention under test in layer 1 only; 3K (SST), 10K (IMDB), 10K (SVA) "
                    "updates; tokenisation, batch size and optimiser not stated (ours: see "
                    "the configs).",
+        ),
+        "cost": Grid(
+            name="cost",
+            title="Training cost of the Table 5 classifier per mechanism, SST (DW Table 4's "
+                  "measure)",
+            metrics={"Params (M)": "hparams/n_parameters",
+                     "Steps/s": "train/steps_per_second",
+                     "Step MB": "train/step_memory_mb"},
+            scale=1.0,
+            scales={"Params (M)": 1e-6},
+            relative_to={"Steps/s": "sst-softmax", "Step MB": "sst-softmax"},
+            cells=[Cell(f"sst-{row}", dataset_config("sst") + flags)
+                   for row, flags in COST_ROWS.items()],
+            note="Steps/s: optimiser steps per second of training-step time (forward, "
+                 "backward, update; data loading excluded; lit_models/base.py); Step MB: the "
+                 "training loop's resident-set peak beyond what was in memory when it began "
+                 "(activations, gradients, temporaries). The paper reports cost for "
+                 "translation only (Table 4: its window model at 1.04 / 1.20 = 0.87x the "
+                 "Transformer's steps/s); the goal here: every mechanism at 0.87x of "
+                 "softmax's steps/s or better. Use --config speed, one run at a time.",
         ),
     },
 )

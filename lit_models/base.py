@@ -36,6 +36,37 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+def _proc_status_kb(*keys: str) -> dict[str, int] | None:
+    try:
+        with open("/proc/self/status") as f:
+            found = {line.split(":")[0]: int(line.split()[1]) for line in f
+                     if line.split(":")[0] in keys}
+    except (OSError, ValueError, IndexError):
+        return None
+    return found if len(found) == len(keys) else None
+
+
+def start_memory_window() -> float | None:
+    """On Linux (CPU): resets the kernel's resident-set high-water mark of this process and
+    returns the resident set now (MB), so that :func:`memory_since_mb` gives the training
+    loop's own peak; None where the mark cannot be reset (then the peak is the process's)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return None
+    status = _proc_status_kb("VmRSS")
+    return None if status is None else status["VmRSS"] / 1024
+
+
+def memory_since_mb(start_mb: float | None) -> float | None:
+    """The resident-set peak since :func:`start_memory_window` minus the resident set then
+    (MB): what the training steps held beyond the model, optimiser state and data already in
+    memory (activations, gradients, temporaries, thread stacks); None if unknown."""
+    status = None if start_mb is None else _proc_status_kb("VmHWM")
+    return None if status is None else max(0.0, status["VmHWM"] / 1024 - start_mb)
+
+
 def machine_settings() -> dict:
     """What else a run's numbers depend on, beside its config and seed: torch's version, its
     thread count (reductions split across threads add in another order), the CPU kernels'
@@ -165,16 +196,29 @@ class AttnReproModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self._fit_started = time.perf_counter()
+        # the process's peak so far (resetting the kernel's high-water mark lowers getrusage's)
+        self._peak_before = peak_memory_mb(self.device)
+        self._memory_start = (start_memory_window() if self.device.type == "cpu"
+                              else torch.cuda.memory_allocated(self.device) / 2**20)
 
     def on_train_end(self) -> None:
         """Logs the run's cost beside its quality (every report shows it): ``train/wall_seconds``,
         the training loop's wall time (validation included, the test not), and
-        ``train/peak_memory_mb`` (:func:`peak_memory_mb`)."""
+        ``train/peak_memory_mb`` (:func:`peak_memory_mb`) and ``train/step_memory_mb``, the
+        training loop's peak beyond what was in memory when it started (CPU: resident set,
+        :func:`memory_since_mb`; CUDA: allocated tensor bytes): the share of the memory that
+        the model's steps take, which the process's peak (data, libraries) dilutes."""
         started = getattr(self, "_fit_started", None)
         if started is None:
             return
         cost = {"train/wall_seconds": time.perf_counter() - started,
-                "train/peak_memory_mb": peak_memory_mb(self.device)}
+                "train/peak_memory_mb": max(peak_memory_mb(self.device),
+                                            getattr(self, "_peak_before", 0.0))}
+        start = getattr(self, "_memory_start", None)
+        step = (memory_since_mb(start) if self.device.type == "cpu" else
+                None if start is None else peak_memory_mb(self.device) - start)
+        if step is not None:
+            cost["train/step_memory_mb"] = step
         for logger in self.loggers:
             logger.log_metrics(cost, step=self.global_step)
 

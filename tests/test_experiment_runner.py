@@ -30,6 +30,8 @@ def test_fit_logs_to_csv_and_offline_wandb_with_a_mid_training_checkpoint(env, t
     assert {"train/loss", "val/exact_match", "test/exact_match"} <= set(csv_values)
     assert csv_values["train/steps_per_second"] > 0  # DW Table 4's speed, every run
     assert csv_values["train/wall_seconds"] > 0 and csv_values["train/peak_memory_mb"] > 50
+    # the training loop's own peak (Linux): above zero, below the process's
+    assert 0 < csv_values["train/step_memory_mb"] < csv_values["train/peak_memory_mb"]
     # max_steps 20 in the smoke config: a checkpoint from the middle, not only the end
     assert (run_dir / "checkpoints" / "epoch=0-step=10.ckpt").exists()
     config = yaml.safe_load((run_dir / "config.yaml").read_text())

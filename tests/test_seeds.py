@@ -56,7 +56,8 @@ def test_a_run_logs_the_data_seed_of_its_run_seed(env, tmp_path):
 
 
 #: columns of metrics.csv that measure the machine, not the model
-TIMING = {"train/steps_per_second", "train/wall_seconds", "train/peak_memory_mb"}
+TIMING = {"train/steps_per_second", "train/wall_seconds", "train/peak_memory_mb",
+          "train/step_memory_mb"}
 
 
 def metric_rows(path: Path) -> list[dict]:
