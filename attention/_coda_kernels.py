@@ -44,6 +44,7 @@ from torch.autograd.function import once_differentiable
 
 from attention import _coda_l1_ext
 from attention._compiled import PaddedKernel
+from attention._tiling import MaskTiles, dropout_keep
 
 #: bytes of one block (tile) of the flattened (N, Lq, Lk) quasi-attention matrix
 BLOCK_BYTES = 4 << 20
@@ -256,36 +257,6 @@ class Centering(NamedTuple):
         return self.e or self.n
 
 
-class MaskRows:
-    """Tiles of a mask broadcastable to (*batch, Lq, Lk), flattened to (matrices, rows, Lk)
-    tile by tile (the whole expanded mask is never copied)."""
-
-    def __init__(self, mask: Tensor | None, batch: tuple[int, ...], n: int, lq: int, lk: int):
-        self.mask, self.batch, self.n, self.lq, self.lk = mask, batch, n, lq, lk
-        if mask is not None:
-            own = (1,) * (len(batch) + 2 - mask.dim()) + tuple(mask.shape)
-            #: the mask's own matrices, and the one each of the N flattened matrices uses
-            self.flat = mask.reshape(-1, *own[-2:])
-            self.index = torch.arange(self.flat.shape[0], device=mask.device).view(
-                own[:-2]).expand(batch).reshape(n)
-            self.identity = self.flat.shape[0] == n
-
-    def __call__(self, n0: int, n1: int, i0: int, i1: int) -> Tensor | None:
-        """The mask of matrices n0:n1, rows i0:i1 (n1-n0, i1-i0, Lk); None without mask."""
-        if self.mask is None:
-            return None
-        rows = self.flat if self.flat.shape[1] == 1 else self.flat[:, i0:i1]
-        rows = rows[n0:n1] if self.identity else rows.index_select(0, self.index[n0:n1])
-        return rows.expand(n1 - n0, i1 - i0, self.lk).contiguous()
-
-    def count(self, like: Tensor) -> Tensor | float:
-        """Valid entries per matrix (N,1,1), at least 1 (an empty matrix has mean 0)."""
-        if self.mask is None:
-            return float(self.lq * self.lk)
-        full = self.mask.expand(*self.batch, self.lq, self.lk)
-        return full.sum((-2, -1)).reshape(self.n, 1, 1).clamp(min=1).to(like.dtype)
-
-
 def _row_count(mb: Tensor | None, lk: int, like: Tensor) -> Tensor | float:
     """Valid entries per row of a block (N,r,1), at least 1 (an empty row has mean 0)."""
     return float(lk) if mb is None else mb.sum(-1, keepdim=True).clamp(min=1).to(like.dtype)
@@ -293,18 +264,6 @@ def _row_count(mb: Tensor | None, lk: int, like: Tensor) -> Tensor | float:
 
 def _valid_sum(x: Tensor, mask: Tensor | None, dims: tuple[int, ...]) -> Tensor:
     return (x if mask is None else x.masked_fill(~mask, 0.0)).sum(dims, keepdim=True)
-
-
-def _keep(like: Tensor, shape: tuple[int, ...], p: float, seed: int,
-          index: int) -> Tensor | None:
-    """Dropout factors of block ``index`` (0 or 1/(1-p)), regenerated from the seed in the
-    backward pass instead of stored; None without dropout."""
-    if p <= 0:
-        return None
-    gen = torch.Generator(device=like.device)
-    gen.manual_seed(seed + index)
-    keep = torch.rand(shape, generator=gen, device=like.device, dtype=like.dtype) >= p
-    return keep.to(like.dtype) / (1 - p)
 
 
 class Rows:
@@ -318,7 +277,7 @@ class Rows:
         self.centering, self.dropout, self.seed = centering, dropout, seed
         n, lq, lk = q.shape[0], q.shape[1], k.shape[1]
         self.pair = L1Pair(k)
-        self.masks = MaskRows(mask, batch, n, lq, lk)
+        self.masks = MaskTiles(mask, batch, n, lq, lk)
         #: (n0, n1, i0, i1) of the tiles the forward and backward passes walk over
         self.tiles = tiles(n, lq, lk, q)
         #: blocks of rows of all N matrices (:meth:`factors`, whose blocks are concatenated)
@@ -330,9 +289,9 @@ class Rows:
     def _tile(self, index: int, dropout: bool = True):
         n0, n1, i0, i1 = self.tiles[index]
         qb = self.q[n0:n1, i0:i1].contiguous()  # (n,r,d)
-        keep = _keep(self.q, (n1 - n0, i1 - i0, self.k.shape[1]),
+        keep = dropout_keep(self.q, (n1 - n0, i1 - i0, self.k.shape[1]),
                      self.dropout if dropout else 0.0, self.seed, index)
-        return slice(n0, n1), i0, i1, qb, self.masks(n0, n1, i0, i1), keep
+        return slice(n0, n1), i0, i1, qb, self.masks(slice(n0, n1), slice(i0, i1)), keep
 
     def _means(self, ns: slice, i0: int, i1: int) -> tuple[Tensor | None, Tensor | None]:
         rows = slice(i0, i1) if self.centering.rows else slice(None)
@@ -381,7 +340,7 @@ class Rows:
         qb = self.q[:, i0:i1].contiguous()
         _, _, te, gn, m = self.ops.factors(qb @ self.pair.k.transpose(1, 2),
                                            self.pair.distance(qb),
-                                           self.masks(0, n, i0, i1),
+                                           self.masks(slice(0, n), slice(i0, i1)),
                                            *self._means(every, i0, i1), self.opt)
         return te, gn, m
 

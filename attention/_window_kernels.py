@@ -37,6 +37,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from attention._compiled import Compiled
+from attention._tiling import MaskTiles, dropout_keep
 
 #: bytes of one (N, rows, Lk) block of scores; a block step holds about a dozen of them
 BLOCK_BYTES = 2 << 20
@@ -170,41 +171,6 @@ def tiles(n: int, lq: int, lk: int, element_size: int) -> list[Tile]:
     return out
 
 
-class MaskTiles:
-    """Tiles of a mask broadcastable to (*batch, Lq, Lk), each (matrices, rows, Lk)
-    contiguous (the whole expanded mask is never copied)."""
-
-    def __init__(self, mask: Tensor | None, batch: tuple[int, ...], n: int, lk: int):
-        self.mask, self.lk = mask, lk
-        if mask is not None:
-            own = (1,) * (len(batch) + 2 - mask.dim()) + tuple(mask.shape)
-            self.flat = mask.reshape(-1, *own[-2:])  # the mask's own matrices
-            #: the one of them each of the N flattened matrices uses
-            self.index = torch.arange(self.flat.shape[0], device=mask.device).view(
-                own[:-2]).expand(batch).reshape(n)
-            self.identity = self.flat.shape[0] == n
-
-    def __call__(self, t: Tile) -> Tensor | None:
-        if self.mask is None:
-            return None
-        rows = self.flat if self.flat.shape[1] == 1 else self.flat[:, t.rows]
-        rows = rows[t.n] if self.identity else rows.index_select(0, self.index[t.n])
-        return rows.expand(t.n.stop - t.n.start, t.rows.stop - t.rows.start,
-                           self.lk).contiguous()
-
-
-def _keep(like: Tensor, shape: tuple[int, ...], p: float, seed: int,
-          index: int) -> Tensor | None:
-    """Dropout factors of tile ``index`` (0 or 1/(1-p)), regenerated from the seed in the
-    backward pass instead of stored; None without dropout."""
-    if p <= 0:
-        return None
-    gen = torch.Generator(device=like.device)
-    gen.manual_seed(seed + index)
-    keep = torch.rand(shape, generator=gen, device=like.device, dtype=like.dtype) >= p
-    return keep.to(like.dtype) / (1 - p)
-
-
 class Options(NamedTuple):
     variant: str  # "aw" | "mw"
     segment_size: int
@@ -252,7 +218,7 @@ class Rows:
     def __init__(self, x: Inputs, mask: Tensor | None, opt: Options):
         self.x, self.opt = x, opt
         n, lq, lk = x.q.shape[0], x.q.shape[1], x.k.shape[1]
-        self.masks = MaskTiles(mask, opt.batch, n, lk)
+        self.masks = MaskTiles(mask, opt.batch, n, lq, lk)
         self.tiles = tiles(n, lq, lk, x.q.element_size())
         self.start = self.end = None
         if opt.segment_size > 1:
@@ -297,11 +263,11 @@ class Rows:
 
     def keep(self, t: Tile, seed: int) -> Tensor | None:
         shape = (t.n.stop - t.n.start, t.rows.stop - t.rows.start, self.x.k.shape[1])
-        return _keep(self.x.q, shape, self.opt.dropout, seed, t.index)
+        return dropout_keep(self.x.q, shape, self.opt.dropout, seed, t.index)
 
     def weights(self, t: Tile, seed: int) -> tuple[Tensor, Tensor]:
         """(A, A with dropout) of a tile."""
-        mb = self.masks(t)
+        mb = self.masks(t.n, t.rows)
         c = self.scores(t, mb)
         if self.opt.variant == "aw":
             a = _run(KERNELS["aw"][0], c.sg, c.sl, c.sr, c.sc, mb, self.start, self.end)
@@ -314,7 +280,7 @@ class Rows:
                  g_weights: Tensor | None) -> None:
         """Add a tile's share to the input gradients ``g``."""
         x, opt, n, rows = self.x, self.opt, t.n, t.rows
-        mb = self.masks(t)
+        mb = self.masks(t.n, t.rows)
         c = self.scores(t, mb)
         keep = self.keep(t, seed)
         da = None
