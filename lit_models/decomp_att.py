@@ -482,7 +482,7 @@ class DecompAtt(AttnReproModule):
                  metric_attribute=f"accuracy.{stage}_{dataloader_idx}", **log)
         if member.shape[0] > 1:
             for c, correct in enumerate((member.argmax(-1) == y).float().mean(-1)):
-                self.log(f"{stage}/acc_member{c}{suffix}", correct, **log)
+                self.log_mean(f"{stage}/acc_member{c}{suffix}", correct, bsz, **log)
         if "group" in batch:  # answer / response selection: rank by log p(relevant)
             if self.num_classes != 2:
                 raise ValueError(f"ranking batches (with 'group') need num_classes=2 (label 1 = "

@@ -64,6 +64,30 @@ class Perplexity(Metric):
         return torch.exp(self.nll / self.tokens.clamp(min=1)).float()
 
 
+class RoutingEntropy(Metric):
+    """H(q-bar): the entropy of the mean routing distribution q(c|x) over every example seen
+    since the last reset (and every process), i.e. how evenly a split is spread over the
+    mixture's members; 0 when all go to one member, log K when the split is spread evenly.
+    Not a mean of per-batch entropies, which depends on how the split is batched."""
+
+    full_state_update = False
+
+    def __init__(self, n_members: int):
+        super().__init__()
+        self.add_state("q_sum", default=torch.zeros(n_members, dtype=torch.float64),
+                       dist_reduce_fx="sum")
+        self.add_state("total", default=torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, log_q: torch.Tensor) -> None:
+        """log_q (B, K): each example's log q(c|x)."""
+        self.q_sum += log_q.detach().double().exp().sum(0)
+        self.total += log_q.shape[0]
+
+    def compute(self) -> torch.Tensor:
+        q = self.q_sum / self.total.clamp(min=1)
+        return -(q * q.clamp_min(1e-30).log()).sum().float()
+
+
 class GroupedRanking(Metric):
     """MAP, MRR and P@1 of candidates ranked by score within their group (question or
     dialogue context), with torchmetrics' retrieval functions (CoDA Table 2).

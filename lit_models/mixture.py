@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lit_models.decomp_att import DecompAtt, entropy
+from lit_models.metrics import RoutingEntropy
 
 MODES = ("exact", "latent")
 BASELINES = ("none", "mean", "ema")
@@ -129,6 +130,7 @@ class Mixture(DecompAtt):
         if mode == "latent":  # q(c|y,a,b): K outputs, sees the label
             self.inference = self.build_net(k, self.net.vectors, members=1,
                                             condition_classes=self.num_classes)
+        self.routing_entropy = torch.nn.ModuleDict()  # evaluation H(q-bar), by stage+split
         self.register_buffer("reward_ema", torch.zeros(()))
         self.register_buffer("reward_ema_steps", torch.zeros((), dtype=torch.long))
 
@@ -222,6 +224,15 @@ class Mixture(DecompAtt):
             return
         elbo, kl, log_q = self.exact_elbo(batch, member_log_probs)
         log = dict(batch_size=elbo.shape[0], add_dataloader_idx=False)
-        self.log(f"{stage}/elbo{suffix}", elbo.mean(), **log)
-        self.log(f"{stage}/kl{suffix}", kl.mean(), **log)
-        self._log_routing(stage, log_q, suffix, log)
+        # means over the whole split and every process (self.log of a batch value would be
+        # rank 0's shard under DDP, and a mean of batch means)
+        self.log_mean(f"{stage}/elbo{suffix}", elbo.mean(), elbo.shape[0], **log)
+        self.log_mean(f"{stage}/kl{suffix}", kl.mean(), kl.shape[0], **log)
+        self.log_mean(f"{stage}/q_entropy{suffix}", entropy(log_q).mean(), log_q.shape[0],
+                      **log)
+        key = f"{stage}{suffix}"
+        if key not in self.routing_entropy:
+            self.routing_entropy[key] = RoutingEntropy(self.n_members).to(self.device)
+        self.routing_entropy[key].update(log_q)
+        self.log(f"{stage}/routing_entropy{suffix}", self.routing_entropy[key],
+                 metric_attribute=f"routing_entropy.{key}", **log)

@@ -230,3 +230,20 @@ def test_step_times_vanilla_exact_latent():
         torch.set_num_threads(threads)
     print("\nms per training step (B=32, hidden 200, 300-d frozen vectors, 1 thread): "
           + ", ".join(f"{k} {1000 * statistics.median(v):.1f}" for k, v in times.items()))
+
+
+def test_routing_entropy_is_of_the_whole_splits_mean_q_however_it_is_batched():
+    """H(q-bar) over a split: q-bar = (0.5, 0.25, 0.25) from three examples routed (1,0,0),
+    (0.5,0.5,0) and (0,0.25,0.75) -> H = 1.5 ln 2, however the examples are batched (a mean
+    of per-batch entropies would give (0 + H(0.25, 0.375, 0.375)) / 2 = 0.541 for the
+    batches [1], [2, 3] instead of 1.040)."""
+    from lit_models.metrics import RoutingEntropy
+
+    q = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.25, 0.75]], dtype=torch.float64)
+    log_q = q.clamp_min(1e-300).log()
+    expected = 1.5 * math.log(2)
+    for split in ([3], [1, 2], [2, 1], [1, 1, 1]):
+        metric = RoutingEntropy(3)
+        for part in torch.split(log_q, split):
+            metric.update(part)
+        assert metric.compute().item() == pytest.approx(expected, rel=1e-6), split
