@@ -1,5 +1,9 @@
 """What every DataModule shares: where data lives, format errors that name file and line,
-vocabularies, padding, length bucketing and the download-or-explain step.
+the one checked way to read a file (:func:`open_data`, :func:`read_lines`,
+:func:`read_text`: a missing, unreadable or directory path and bytes that are not UTF-8
+each a DataFormatError; :func:`nonempty`: an empty file too), the check of size arguments
+(:func:`check_sizes`), vocabularies, padding, length bucketing and the download-or-explain
+step.
 
 One implementation of each; the dataset modules only parse their formats.
 """
@@ -14,7 +18,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TypeVar
 
 import torch
 from torch import Tensor
@@ -24,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from datamodules.fetch import PROJECT_ROOT, shared_data_dir  # noqa: F401
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+T = TypeVar("T")
 
 
 def cache_dir() -> Path:
@@ -43,6 +48,21 @@ class DataFormatError(ValueError):
         self.path, self.line = str(path), line
 
 
+class MissingDataFile(DataFormatError, FileNotFoundError):
+    """A data file that is not there: one line from the command like any DataFormatError,
+    and still a FileNotFoundError for the code that asks for one."""
+
+
+def check_sizes(owner: str, least: int = 1, hint: str = "", **sizes: int | None) -> None:
+    """Refuse, when a DataModule is built, every size below ``least`` (None: not set): a
+    batch size of 0 or a negative length would otherwise pass until the first batch is
+    drawn, deep inside a loader.  The ValueError names the class, the argument and the
+    value, which the command prints as its one line (``invalid configuration: ...``)."""
+    for name, value in sizes.items():
+        if value is not None and value < least:
+            raise ValueError(f"{owner}: {name} must be at least {least}{hint}, got {value}")
+
+
 def require_file(path: str | os.PathLike, what: str, how: str = "") -> Path:
     """The path if it exists, else a FileNotFoundError that says what it is and how to get it."""
     path = Path(path)
@@ -51,14 +71,65 @@ def require_file(path: str | os.PathLike, what: str, how: str = "") -> Path:
     return path
 
 
-def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line without its newline), decoding errors named by line."""
-    with open(path, "rb") as f:
+def open_data(path: str | os.PathLike, what: str = "a file") -> BinaryIO:
+    """``path`` opened for reading bytes: the one place every reader opens its files, so a
+    missing file, a directory and a file this process may not read each end in one
+    DataFormatError naming the path (not an OSError traceback)."""
+    try:
+        return open(path, "rb")
+    except IsADirectoryError:
+        raise DataFormatError(path, None, f"{what}, not a directory") from None
+    except FileNotFoundError:
+        raise MissingDataFile(path, None, f"{what} (there is none at this path)") from None
+    except PermissionError:
+        raise DataFormatError(path, None, f"{what} this process may read (permission "
+                              "denied)") from None
+    except OSError as err:
+        raise DataFormatError(path, None, f"{what} that can be read ({err.strerror})") from None
+
+
+def _undecodable(path: str | os.PathLike, line: int, raw: bytes) -> DataFormatError:
+    return DataFormatError(path, line, "UTF-8 text", repr(raw[:60]))
+
+
+def read_lines(path: str | os.PathLike, what: str = "a file",
+               keepends: bool = False) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line without its newline, or with it: ``keepends``) of a UTF-8
+    text file; bytes that are not UTF-8 are a DataFormatError naming the file and line, and
+    a file that cannot be opened one naming the file (:func:`open_data`; ``what`` it should
+    be)."""
+    with open_data(path, what) as f:
         for number, raw in enumerate(f, 1):
             try:
-                yield number, raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as err:
-                raise DataFormatError(path, number, "UTF-8 text", repr(raw[:60])) from err
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _undecodable(path, number, raw) from None
+            yield number, text if keepends else text.rstrip("\r\n")
+
+
+def read_text(path: str | os.PathLike, what: str = "a file") -> str:
+    """The whole of a UTF-8 text file (formats that are not read line by line), with the
+    errors of :func:`read_lines`: undecodable bytes are reported at their line."""
+    with open_data(path, what) as f:
+        raw = f.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        start = raw.rfind(b"\n", 0, err.start) + 1
+        end = raw.find(b"\n", err.start)
+        line = raw[start:] if end < 0 else raw[start:end + 1]
+        raise _undecodable(path, raw.count(b"\n", 0, err.start) + 1, line) from None
+
+
+def nonempty(items: Iterable[T], path: str | os.PathLike, expected: str) -> Iterator[T]:
+    """``items`` (what a reader read from ``path``) passed on; none at all is a
+    DataFormatError naming the file: an empty file is never a split of zero examples."""
+    empty = True
+    for item in items:
+        empty = False
+        yield item
+    if empty:
+        raise DataFormatError(path, None, expected)
 
 
 def json_records(path: str | os.PathLike, what: str) -> Iterator[tuple[int, str, dict]]:

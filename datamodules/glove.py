@@ -18,6 +18,10 @@ line wins.
   rows for the same vocabulary and seed, whatever the file holds); ``oov`` counts the
   non-special words that got one.
 
+A file holding none of the vocabulary's words is a DataFormatError (every row would be
+random: another language, casing or tokenization, not GloVe); fewer than ``LOW_COVERAGE``
+of them found is a logged warning with the count.
+
 The matrix is cached under :func:`~datamodules.common.cache_dir`, keyed by the vectors
 file (path, size, modification time), the vocabulary and the settings above.
 """
@@ -37,6 +41,7 @@ from datamodules.common import (
     DataFormatError,
     Vocab,
     cache_dir,
+    nonempty,
     read_lines,
     require_file,
     settings_key,
@@ -44,6 +49,10 @@ from datamodules.common import (
 from datamodules.fetch import url_of
 
 log = logging.getLogger(__name__)
+
+#: below this share of the vocabulary's words found in the vectors file, a warning (none at
+#: all is an error: every vector random is not GloVe)
+LOW_COVERAGE = 0.5
 
 GLOVE_840B_URL = url_of("glove")  # glove.840B.300d.zip (datamodules.fetch registry)
 HOW_TO_GET = (f"Download {GLOVE_840B_URL} (2 GB), unzip it and pass the path of "
@@ -57,7 +66,7 @@ def read_glove(path: str | os.PathLike, dim: int = 300,
     lines whose word is in ``words``.  A line with fewer than ``dim`` numbers or a number
     that does not parse raises DataFormatError naming the file and line."""
     expected = f"a word followed by {dim} space-separated numbers"
-    for number, line in read_lines(path):
+    for number, line in nonempty(read_lines(path), path, "at least one line: " + expected):
         line = line.rstrip()
         spaces = line.count(" ")
         if number == 1 and spaces == 1 and all(f.isdigit() for f in line.split(" ")):
@@ -109,8 +118,16 @@ def vocab_vectors(path: str | os.PathLike, vocab: Vocab, dim: int = 300, oov_std
     weight[vocab.pad_id], found[vocab.pad_id] = 0.0, False
     special = torch.tensor([t in vocab.specials for t in vocab.itos])
     result = VocabVectors(weight, found=int(found.sum()), oov=int((~found & ~special).sum()))
-    log.info("%s: %d of %d vocabulary words found, %d out of vocabulary (random N(0, %g))",
-             path, result.found, len(vocab), result.oov, oov_std ** 2)
+    words = int((~special).sum())  # the vocabulary's words (specials aside)
+    hits = words - result.oov
+    if words and not hits:
+        raise DataFormatError(path, None, "vectors for the vocabulary's words (another "
+                              "language, casing or tokenization?)", f"0 of {words} words found")
+    low = hits < LOW_COVERAGE * words
+    (log.warning if low else log.info)(
+        "%s: %d of %d vocabulary words found, %d out of vocabulary (random N(0, %g))%s", path,
+        hits, words, result.oov, oov_std ** 2,
+        f"; fewer than {LOW_COVERAGE:.0%}: is it the right vectors file?" if low else "")
     if cache:
         tmp = cached.with_suffix(".part")
         torch.save({"weight": weight, "found": result.found, "oov": result.oov}, tmp)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from datamodules.common import DataFormatError, record_data_seed, require_file
+from datamodules.common import DataFormatError, read_text, record_data_seed, require_file
 from datamodules.fetch import url_of
 from datamodules.text import Example, TextClassificationDataModule, Tokenization, spacy_tokenize
 
@@ -61,14 +61,22 @@ def read_review(path: Path, folder: str) -> Review:
     if rating not in ratings:
         raise DataFormatError(path, None, f"a rating {ratings.start}-{ratings.stop - 1} "
                               f"in {folder}/", str(rating))
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise DataFormatError(path, None, "UTF-8 text") from err
-    text = _LINE_BREAK.sub(" ", text).strip()
+    text = _LINE_BREAK.sub(" ", read_text(path, "a review file")).strip()
     if not text:
         raise DataFormatError(path, None, "a non-empty review")
     return Review(text, label, rating, int(m.group(1)), path)
+
+
+def _listing(directory: Path) -> list[Path]:
+    """The entries of a review folder; a file in its place or a folder this process may not
+    list is a DataFormatError naming it."""
+    try:
+        return list(directory.iterdir())
+    except NotADirectoryError:
+        raise DataFormatError(directory, None, "a folder of review files, not a file") from None
+    except PermissionError:
+        raise DataFormatError(directory, None, "a folder this process may list (permission "
+                              "denied)") from None
 
 
 def read_aclimdb(root: str | Path, split: Literal["train", "test"],
@@ -82,7 +90,7 @@ def read_aclimdb(root: str | Path, split: Literal["train", "test"],
         if folder not in FOLDERS:
             raise ValueError(f"aclImdb folders are {tuple(FOLDERS)}, got {folder!r}")
         directory = require_file(Path(root) / split / folder, f"aclImdb {split}/{folder} folder")
-        found = [read_review(path, folder) for path in directory.iterdir() if path.is_file()]
+        found = [read_review(path, folder) for path in _listing(directory) if path.is_file()]
         if not found:
             raise DataFormatError(directory, None, "review files <id>_<rating>.txt", "none")
         reviews += sorted(found, key=lambda r: r.id)

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from datamodules.common import pad, read_lines, record_data_seed
+from datamodules.common import DataFormatError, pad, read_lines, record_data_seed
 from datamodules.fetch import url_of
 from datamodules.text import Example, Reiterable, TextDataModule, Tokenization, split_tokens
 
@@ -55,10 +55,17 @@ def heldout_shard(root: str | Path, index: int) -> Path:
 
 
 def read_sentences(paths: Sequence[str | Path]) -> Iterator[list[str]]:
-    """The tokens of every line of the shards, in order ([] for a blank line)."""
+    """The tokens of every line of the shards, in order ([] for a blank line).  A shard
+    without a sentence is a DataFormatError naming it (a truncated download, not a shard
+    of no text)."""
     for path in paths:
+        sentences = 0
         for _, text in read_lines(path):
-            yield split_tokens(text)
+            words = split_tokens(text)
+            sentences += bool(words)
+            yield words
+        if not sentences:
+            raise DataFormatError(path, None, "at least one sentence (one per line)")
 
 
 def collate_lm(batch: Sequence[tuple[Tensor, None, int]], pad_id: int,

@@ -33,6 +33,7 @@ from datamodules.common import (
     DataFormatError,
     Vocab,
     bucketed_loader,
+    check_sizes,
     data_seed,
     read_lines,
     record_data_seed,
@@ -111,9 +112,7 @@ def read_problems(path: str | Path) -> list[Problem]:
     problems = []
     expected = "'<x|y>=<int>,<y|x>=<int>,<x|y><+|-|*><x|y>:<int>'"
     path = require_file(path, "MLU problem file")
-    if path.is_dir():
-        raise DataFormatError(path, None, "a problem file, not a directory")
-    for number, line in read_lines(path):
+    for number, line in read_lines(path, "a problem file"):
         if not line.strip():
             continue
         problem, sep, answer = line.rpartition(":")
@@ -172,14 +171,13 @@ class MLUDataModule(L.LightningDataModule):
                  train_file: str | None = None, val_file: str | None = None,
                  test_file: str | None = None, num_workers: int = 0):
         super().__init__()
+        owner = type(self).__name__
         for split, size, file in (("train", train_size, train_file), ("val", val_size, val_file),
                                   ("test", test_size, test_file)):
-            if file is None and size < 1:
-                raise ValueError(f"MLUDataModule: {split}_size must be at least 1 (or give "
-                                 f"{split}_file), got {size}")
-        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
-            if value < 1:
-                raise ValueError(f"MLUDataModule: {name} must be at least 1, got {value}")
+            if file is None:
+                check_sizes(owner, hint=f" (or give {split}_file)", **{f"{split}_size": size})
+        check_sizes(owner, batch_size=batch_size, eval_batch_size=eval_batch_size)
+        check_sizes(owner, least=0, num_workers=num_workers)
         self.save_hyperparameters()
         record_data_seed(self, data_seed(seed))
         self.vocab = char_vocab()

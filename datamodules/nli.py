@@ -54,10 +54,13 @@ from datamodules.common import (
     Vocab,
     bucketed_loader,
     cache_dir,
+    check_sizes,
     data_seed,
     json_records,
+    nonempty,
     pad,
     read_lines,
+    read_text,
     record_data_seed,
     require_file,
     settings_key,
@@ -155,7 +158,8 @@ def _fields(tokenizer: Tokenizer) -> tuple[str, ...]:
 def _jsonl_rows(path: str | os.PathLike, fields: tuple[str, ...]) -> Iterator[Row]:
     """One JSON object per line; a field that is missing or not a string is an error."""
     what = "a JSON object with string fields " + ", ".join(fields)
-    for number, _, record in json_records(path, what):
+    for number, _, record in nonempty(json_records(path, what), path,
+                                      "at least one JSON object line"):
 
         def get(name: str, record=record, number=number) -> str:
             value = record.get(name)
@@ -170,14 +174,16 @@ def _txt_rows(path: str | os.PathLike, fields: tuple[str, ...]) -> Iterator[Row]
     """Tab-separated, columns named by the header row; a row may omit trailing columns
     after the ones read."""
     lines = read_lines(path)
-    _, header = next(lines, (1, ""))
+    _, header = next(lines, (1, None))
+    if header is None:
+        raise DataFormatError(path, None, "a tab-separated header row and at least one row")
     columns = header.split("\t")
     if not set(fields) <= set(columns):
         raise DataFormatError(path, 1, "a tab-separated header with columns "
                               + ", ".join(fields), header)
     index = {name: columns.index(name) for name in fields}
     least = max(index.values()) + 1
-    for number, line in lines:
+    for number, line in nonempty(lines, path, "at least one row after the header"):
         if not line.strip():
             continue
         values = line.split("\t")
@@ -235,7 +241,8 @@ def read_scitail_tsv(path: str | os.PathLike, lowercase: bool = False,
     """SciTail ``tsv_format``: premise \\t hypothesis \\t entails|neutral, no header
     (spaCy tokens: the format has no parses)."""
     stats = stats if stats is not None else ReadStats()
-    for number, line in read_lines(path):
+    for number, line in nonempty(read_lines(path), path, "at least one line 'premise<TAB>"
+                                 "hypothesis<TAB>entails|neutral'"):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -254,8 +261,10 @@ _WHITESPACE = re.compile(r"[ \t\r\n]*")
 def _json_records(path: str | os.PathLike) -> Iterator[tuple[int, int, Any]]:
     """(line, record number, record) of a file holding one JSON list of records, or one
     record per line; a syntax error is reported at its line."""
-    text = Path(path).read_text(encoding="utf-8")
+    text = read_text(path)
     pos = _WHITESPACE.match(text).end()
+    if pos == len(text):
+        raise DataFormatError(path, None, "a JSON list of records (or one record per line)")
     if text.startswith("{", pos):  # one record per line
         lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
         for count, (number, line) in enumerate(lines, 1):
@@ -298,7 +307,8 @@ def read_dialogue_nli(path: str | os.PathLike, lowercase: bool = False,
     positive|neutral|negative (spaCy tokens).  Errors name the line and the record number
     (the published files hold the whole list on one line)."""
     stats = stats if stats is not None else ReadStats()
-    for number, count, record in _json_records(path):
+    records = nonempty(_json_records(path), path, "at least one record in the JSON list")
+    for number, count, record in records:
         what = f"record {count} with string fields label, sentence1, sentence2"
         values = [record.get(k) if isinstance(record, dict) else None
                   for k in ("label", "sentence1", "sentence2")]
@@ -438,8 +448,10 @@ class NLIDataModule(L.LightningDataModule):
         record_data_seed(self, seed)
         if tokenizer not in ("parse", "spacy"):
             raise ValueError(f"tokenizer must be 'parse' or 'spacy', got {tokenizer!r}")
-        if max_train_examples is not None and max_train_examples < 1:
-            raise ValueError(f"max_train_examples must be positive, got {max_train_examples}")
+        owner = type(self).__name__
+        check_sizes(owner, batch_size=batch_size, max_train_examples=max_train_examples,
+                    min_freq=min_freq, vectors_dim=vectors_dim)
+        check_sizes(owner, least=0, num_workers=num_workers)
         if data_dir is None:
             default = shared_data_dir() / self.shared_folder
             if not (self.shared_folder and (default.is_dir() or (download and self.url))):

@@ -63,7 +63,7 @@ from typing import Any, Literal
 
 import torch
 
-from datamodules.common import DataFormatError, read_lines, require_file
+from datamodules.common import DataFormatError, check_sizes, nonempty, read_lines, require_file
 from datamodules.fetch import url_of
 from datamodules.nli import NLIDataModule, NLIExample, PairDataset, ReadStats
 from datamodules.text import spacy_tokenize
@@ -198,7 +198,9 @@ def read_wikiqa_filtered(folder: str | os.PathLike, tokenizer: str = "whitespace
     stats, groups = _defaults(stats, groups)
     tokenize, group_of = word_tokenizer(tokenizer, lowercase), _Groups(groups)
     last = (None, [])  # the question repeats for each of its candidates: tokenized once
-    for rows in zip_longest(*(read_lines(p) for p in paths)):
+    lines = zip_longest(*(read_lines(p) for p in paths))
+    for rows in nonempty(lines, folder, "line-aligned " + ", ".join(WIKIQA_FILTERED_FILES)
+                         + " with at least one line"):
         if None in rows:
             raise _misaligned(paths, rows)
         number = rows[0][0]
@@ -223,12 +225,15 @@ def read_wikiqa_tsv(path: str | os.PathLike, tokenizer: str = "spacy", lowercase
     stats, groups = _defaults(stats, groups)
     tokenize, group_of = word_tokenizer(tokenizer, lowercase), _Groups(groups)
     lines = read_lines(path)
-    _, header = next(lines, (1, ""))
+    _, header = next(lines, (1, None))
+    if header is None:
+        raise DataFormatError(path, None, "the tab-separated header " + " ".join(WIKIQA_TSV_HEADER)
+                              + " and at least one row")
     if tuple(header.removeprefix("\ufeff").split("\t")) != WIKIQA_TSV_HEADER:
         raise DataFormatError(path, 1, "the tab-separated header " + " ".join(WIKIQA_TSV_HEADER),
                               header)
     last = (None, [])
-    for number, line in lines:
+    for number, line in nonempty(lines, path, "at least one row after the header"):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -270,7 +275,7 @@ def read_trecqa(path: str | os.PathLike, tokenizer: str = "whitespace", lowercas
     element: tuple[str, int] | None = None  # (name, line) of the open element
     tokens_next = False  # the line after an opening element tag: its tokens
     question: list[str] | None = None
-    group = -1
+    group, blocks = -1, 0
     for number, raw in read_lines(path):
         line = raw.strip()
         if element is not None:
@@ -303,7 +308,7 @@ def read_trecqa(path: str | os.PathLike, tokenizer: str = "whitespace", lowercas
             if block is not None:
                 raise DataFormatError(path, number, f"</QApairs> closing the <QApairs> of line "
                                       f"{block}", line)
-            block, question = number, None
+            block, question, blocks = number, None, blocks + 1
             group = groups.questions  # every block is a question, in file order
             groups.questions += 1
         elif line == "</QApairs>":
@@ -333,33 +338,33 @@ def read_trecqa(path: str | os.PathLike, tokenizer: str = "whitespace", lowercas
                               "end of file")
     if block is not None:
         raise DataFormatError(path, block, "</QApairs> closing this <QApairs>", "end of file")
+    if not blocks:
+        raise DataFormatError(path, None, "at least one <QApairs> block")
 
 
 def _csv_rows(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
     """(first line, fields) of every record of a CSV file (fields may hold commas, quotes
-    and newlines); undecodable text and broken quoting raise DataFormatError by line."""
+    and newlines); the lines come from :func:`~datamodules.common.read_lines` (its errors:
+    undecodable text by line, a missing, unreadable or directory path), broken quoting is
+    a DataFormatError at its line."""
     counted = 0
 
-    def lines(f) -> Iterator[str]:
+    def lines() -> Iterator[str]:
         nonlocal counted
-        for raw in f:
-            counted += 1
-            try:
-                yield raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise DataFormatError(path, counted, "UTF-8 text", repr(raw[:60])) from None
+        for number, text in read_lines(path, keepends=True):
+            counted = number
+            yield text
 
-    with open(path, "rb") as f:
-        reader = csv.reader(lines(f), strict=True)
-        while True:
-            start = counted + 1
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as err:
-                raise DataFormatError(path, counted, "CSV records", str(err)) from None
-            yield start, row
+    reader = csv.reader(lines(), strict=True)
+    while True:
+        start = counted + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            raise DataFormatError(path, counted, "CSV records", str(err)) from None
+        yield start, row
 
 
 def read_ubuntu(path: str | os.PathLike, tokenizer: str = "whitespace", lowercase: bool = False,
@@ -376,7 +381,9 @@ def read_ubuntu(path: str | os.PathLike, tokenizer: str = "whitespace", lowercas
     stats, groups = _defaults(stats, groups)
     tokenize = word_tokenizer(tokenizer, lowercase)
     rows = _csv_rows(path)
-    _, header = next(rows, (1, []))
+    _, header = next(rows, (1, None))
+    if header is None:
+        raise DataFormatError(path, None, "a CSV header row and at least one row")
     if header and header[0].startswith("\ufeff"):
         header[0] = header[0][1:]
     n = len(header) - len(UBUNTU_EVAL_COLUMNS)
@@ -386,7 +393,7 @@ def read_ubuntu(path: str | os.PathLike, tokenizer: str = "whitespace", lowercas
         raise DataFormatError(path, 1, "the header Context,Utterance,Label (training) or "
                               "Context,Ground Truth Utterance,Distractor_0,...,Distractor_8 "
                               "(evaluation)", ",".join(header))
-    for number, row in rows:
+    for number, row in nonempty(rows, path, "at least one row after the header"):
         if not row:
             continue
         if len(row) != len(header):
@@ -498,8 +505,9 @@ class RankingDataModule(NLIDataModule):
         groups.dropped_groups, groups.dropped_candidates = len(dropped), len(examples) - len(kept)
         stats.examples -= groups.dropped_candidates  # examples = the pairs in the dataset
         if examples and not kept:
-            raise ValueError(f"{path}: filter_groups={self.filter_groups!r} dropped all "
-                             f"{len(seen)} groups of the {self.name} {split} split")
+            raise DataFormatError(path, None, "at least one group left to evaluate on",
+                                  f"filter_groups={self.filter_groups!r} dropped all "
+                                  f"{len(seen)} groups of the {self.name} {split} split")
         return kept
 
     def setup(self, stage: str | None = None) -> None:
@@ -634,8 +642,7 @@ class UbuntuDataModule(RankingDataModule):
 
     def __init__(self, train_file: str = "train.csv", val_file: str = "valid.csv",
                  test_file: str = "test.csv", max_context_tokens: int | None = None, **kwargs):
-        if max_context_tokens is not None and max_context_tokens < 1:
-            raise ValueError(f"max_context_tokens must be positive, got {max_context_tokens}")
+        check_sizes(type(self).__name__, max_context_tokens=max_context_tokens)
         super().__init__(**kwargs)
         self.max_context_tokens = max_context_tokens
         self.files = {"train": train_file, "val": val_file, "test": test_file}

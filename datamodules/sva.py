@@ -31,7 +31,8 @@ VERB_TAGS = {"VBZ": 0, "VBP": 1}
 
 
 def read_linzen(path: str | Path) -> list[Example]:
-    """(prefix tokens, 0 singular / 1 plural) of every line of a numpred.* file."""
+    """(prefix tokens, 0 singular / 1 plural) of every line of a numpred.* file (an empty
+    file is an error: a split of no examples would evaluate to nothing)."""
     examples = []
     for number, text in read_lines(path):
         fields = text.split("\t")
@@ -44,6 +45,8 @@ def read_linzen(path: str | Path) -> list[Example]:
         if not words:
             raise DataFormatError(path, number, "a non-empty prefix", text)
         examples.append((words, VERB_TAGS[tag]))
+    if not examples:
+        raise DataFormatError(path, None, "at least one line 'VBZ|VBP<TAB>prefix'")
     return examples
 
 

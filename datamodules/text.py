@@ -41,7 +41,9 @@ from datamodules.common import (
     Vocab,
     bucketed_loader,
     cache_dir,
+    check_sizes,
     data_seed,
+    nonempty,
     pad,
     settings_key,
     shared_data_dir,
@@ -411,11 +413,12 @@ class TextDataModule(L.LightningDataModule):
         super().__init__()
         if tokenization not in ("word", "bpe"):
             raise ValueError(f"tokenization must be 'word' or 'bpe', got {tokenization!r}")
-        if max_len is not None and max_len < 1:
-            raise ValueError(f"max_len must be positive or None, got {max_len}")
-        if max_train_examples is not None and max_train_examples < 1:
-            raise ValueError("max_train_examples must be positive or None, "
-                             f"got {max_train_examples}")
+        owner = type(self).__name__
+        check_sizes(owner, min_freq=min_freq, max_vocab_size=max_vocab_size,
+                    batch_size=batch_size, max_len=max_len,
+                    max_train_examples=max_train_examples)
+        check_sizes(owner, least=len(SPECIALS) + 1, bpe_vocab_size=bpe_vocab_size)
+        check_sizes(owner, least=0, num_workers=num_workers)
         self.data_dir = Path(data_dir) if data_dir is not None else self.default_data_dir()
         self.tokenization, self.bpe_vocab_size = tokenization, bpe_vocab_size
         self.min_freq, self.max_vocab_size, self.lowercase = min_freq, max_vocab_size, lowercase
@@ -506,7 +509,13 @@ class TextDataModule(L.LightningDataModule):
         return self._sources[split]
 
     def _clean(self, split: str, source: Iterable[Example], limit: int | None) -> Iterator[Example]:
-        for i, (words, label) in enumerate(itertools.islice(source, limit)):
+        """The examples, lowercased on request; none at all (every one dropped, e.g. SST's
+        neutral sentences by ``binary``) is a DataFormatError naming the split's files, not
+        a model trained or evaluated on nothing."""
+        files = ", ".join(map(str, self.split_files(split)))
+        examples = itertools.islice(source, limit)
+        for i, (words, label) in enumerate(nonempty(examples, files, f"at least one {split} "
+                                                    "example")):
             if not words:
                 raise ValueError(f"{type(self).__name__} {split} example {i} has no words "
                                  "(the reader should have named its file and line)")

@@ -57,8 +57,10 @@ from datamodules.common import (
     Vocab,
     bucketed_loader,
     cache_dir,
+    check_sizes,
     data_seed,
     json_records,
+    open_data,
     read_lines,
     record_data_seed,
     require_file,
@@ -92,7 +94,7 @@ def count_lines(path: str | os.PathLike) -> int:
     """Lines of a file as :func:`datamodules.common.read_lines` yields them (a last line
     without a newline counts)."""
     count, last = 0, b"\n"
-    with open(path, "rb") as f:
+    with open_data(path) as f:
         while chunk := f.read(1 << 20):
             count += chunk.count(b"\n")
             last = chunk[-1:]
@@ -101,19 +103,28 @@ def count_lines(path: str | os.PathLike) -> int:
 
 def check_same_length(src_path: Path, n_src: int, tgt_path: Path, n_tgt: int,
                       unit: str = "lines") -> None:
-    """A DataFormatError naming both files and both counts when they differ."""
+    """A DataFormatError naming both files and both counts when they differ, or the source
+    when both are empty (a split of no pairs)."""
     if n_src != n_tgt:
         raise DataFormatError(src_path, None, f"as many {unit} as {tgt_path} ({n_tgt} {unit}: "
                               "source and target are aligned by position)", f"{n_src} {unit}")
+    if not n_src:
+        raise DataFormatError(src_path, None, f"at least one of the {unit} of a parallel "
+                              f"corpus (it and {tgt_path} are empty)")
+
+
+def check_parallel(src_path: Path, tgt_path: Path) -> None:
+    """Two line-aligned files: as many lines in each, and at least one."""
+    check_same_length(src_path, count_lines(src_path), tgt_path, count_lines(tgt_path))
 
 
 def read_parallel_lines(src_path: str | os.PathLike, tgt_path: str | os.PathLike,
                         limit: int | None = None) -> Iterator[tuple[int, str, str]]:
     """(1-based line number, source line, target line) of two line-aligned files, the first
     ``limit`` lines (None: all).  The files must have the same number of lines (checked on
-    the whole files first, even with a limit)."""
+    the whole files first, even with a limit; and not be empty)."""
     src_path, tgt_path = Path(src_path), Path(tgt_path)
-    check_same_length(src_path, count_lines(src_path), tgt_path, count_lines(tgt_path))
+    check_parallel(src_path, tgt_path)
     pairs = zip(read_lines(src_path), read_lines(tgt_path))
     for (number, src), (_, tgt) in itertools.islice(pairs, limit):
         yield number, src, tgt
@@ -190,7 +201,8 @@ def read_text_pairs(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
     which must pair document and segment ids one to one) or both plain text (lines)."""
     sgml = [p.suffix.lower() == ".sgm" for p in (src_path, tgt_path)]
     if sgml[0] != sgml[1]:
-        raise ValueError(f"{src_path} and {tgt_path}: both SGML (.sgm) or both plain text")
+        raise DataFormatError(src_path, None, f"the format of {tgt_path}: both SGML (.sgm) "
+                              "or both plain text")
     if not sgml[0]:
         return [(s, t) for _, s, t in read_parallel_lines(src_path, tgt_path)]
     src, tgt = read_sgml_segments(src_path), read_sgml_segments(tgt_path)
@@ -362,12 +374,11 @@ class TranslationDataModule(L.LightningDataModule):
         if (source, target) not in self.directions:
             raise ValueError(f"{type(self).__name__}: source={source!r}, target={target!r} is "
                              f"not one of the directions {self.directions}")
-        for arg, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
-                           ("train_size", train_size)):
-            if value is not None and value < 1:
-                raise ValueError(f"{arg} must be positive or None, got {value}")
-        if max_len is not None and max_len < 0:
-            raise ValueError(f"max_len must be positive, 0 or None, got {max_len}")
+        owner = type(self).__name__
+        check_sizes(owner, batch_size=batch_size, eval_batch_size=eval_batch_size,
+                    train_size=train_size)
+        check_sizes(owner, least=0, hint=" (0 or None: no limit)", max_len=max_len)
+        check_sizes(owner, least=0, num_workers=num_workers)
         if max_ratio is not None and max_ratio < 1:
             raise ValueError(f"max_ratio must be at least 1 or None, got {max_ratio}")
         if truncate_long and not max_len:
@@ -563,10 +574,12 @@ class TranslationDataModule(L.LightningDataModule):
         data = ParallelDataset(triples())
         if split == "train":
             self._texts.pop("train", None)  # the training words are not needed any more
-        if not len(data):
+        if not len(data):  # (the readers refuse empty files: all were filtered out)
             files = ", ".join(str(path) for path, _ in self.split_files(split))
-            raise ValueError(f"{self.name} {split} ({files}): no pairs left of "
-                             f"{counts['read']} read ({dict(counts)})")
+            raise DataFormatError(files, None, f"{self.name} {split} pairs left after the "
+                                  f"length filters (max_len={self.max_len}, max_ratio="
+                                  f"{self.max_ratio})", f"none of {counts['read']} "
+                                  f"({dict(counts)})")
         self.stats[split] = {"examples": len(data), **{k: v for k, v in counts.items()
                                                        if k != "read"}}
         dropped = {k: counts[k] for k in ("empty", "too_long", "ratio") if counts[k]}
@@ -803,11 +816,9 @@ class WMTDataModule(TranslationDataModule):
                  max_ratio: float | None, **kwargs: Any):
         super().__init__(data_dir, source, target, max_len=max_len, max_ratio=max_ratio,
                          **kwargs)
-        if split_test_for_training is not None and split_test_for_training < 1:
-            raise ValueError("split_test_for_training must be positive or None, "
-                             f"got {split_test_for_training}")
-        if bpe_vocab_size is not None and bpe_vocab_size <= len(SPECIALS):
-            raise ValueError(f"bpe_vocab_size must exceed {len(SPECIALS)}, got {bpe_vocab_size}")
+        owner = type(self).__name__
+        check_sizes(owner, split_test_for_training=split_test_for_training)
+        check_sizes(owner, least=len(SPECIALS) + 1, bpe_vocab_size=bpe_vocab_size)
         self.files = {"train": (f"{train_prefix}.{source}", f"{train_prefix}.{target}"),
                       "val": (self._file_name("val_source_file", val_source_file, source),
                               self._file_name("val_target_file", val_target_file, target)),
@@ -885,8 +896,9 @@ class WMTDataModule(TranslationDataModule):
         if self.split_test_for_training:
             n = self.split_test_for_training
             if n >= len(pairs):
-                raise ValueError(f"split_test_for_training={n} leaves none of the {len(pairs)} "
-                                 f"test pairs of {src_path} for validation and test")
+                raise DataFormatError(src_path, None, f"more than split_test_for_training={n} "
+                                      "segment pairs (the rest are validation and test)",
+                                      f"{len(pairs)} pairs")
             pairs = pairs[:n][:limit] if split == "train" else pairs[n:]
         pairs = [(self.prepare(s, self.source), self.prepare(t, self.target)) for s, t in pairs]
         tokens = [(moses_tokenize_test(s, self.source), moses_tokenize_test(t, self.target))
@@ -908,15 +920,20 @@ class WMTDataModule(TranslationDataModule):
                                **self.preparation(lang))
             cached[path] = (cache_dir() / f"{self.name}-train-{key}.tok.{lang}", lang)
         if not all(out.exists() for out, _ in cached.values()):
-            check_same_length(src_path, count_lines(src_path), tgt_path, count_lines(tgt_path))
+            check_parallel(src_path, tgt_path)
         for path, (out, lang) in cached.items():
             if out.exists():
                 continue
             log.info("%s: Moses-tokenizing %s into %s (once)", self.name, path, out)
             tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # atomic for parallel ranks
-            with open(tmp, "w", encoding="utf-8") as f:
-                for _, line in itertools.islice(read_lines(path), limit):
-                    f.write(" ".join(moses_tokenize_train(self.prepare(line, lang), lang)) + "\n")
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    for _, line in itertools.islice(read_lines(path), limit):
+                        f.write(" ".join(moses_tokenize_train(self.prepare(line, lang), lang))
+                                + "\n")
+            except DataFormatError:
+                tmp.unlink(missing_ok=True)  # (a malformed line: no half-written cache file)
+                raise
             tmp.replace(out)
         return cached[src_path][0], cached[tgt_path][0]
 
@@ -1083,8 +1100,7 @@ class WMT16EnRoDataModule(WMTDataModule):
                  bpe_merges: int = 32000, bpe_vocab_size: int | None = None,
                  romanian: str = "keep", split_test_for_training: int | None = None,
                  max_len: int | None = 80, max_ratio: float | None = 9.0, **kwargs: Any):
-        if bpe_merges < 1:
-            raise ValueError(f"bpe_merges must be positive, got {bpe_merges}")
+        check_sizes(type(self).__name__, bpe_merges=bpe_merges)
         prepare_romanian("", romanian)  # checks the name
         super().__init__(data_dir, source, target, train_prefix, val_source_file,
                          val_target_file, test_source_file, test_target_file, bpe_vocab_size,

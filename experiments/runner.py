@@ -565,13 +565,18 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
 
         def instantiate_classes(self):
             # a value the model's or DataModule's constructor refuses (a size of 0, options
-            # that cannot go together): one line, like a malformed file
+            # that cannot go together): one line, like a malformed file, not the errors of
+            # several lines jsonargparse wraps it in; a data error raised under such a
+            # wrapper: the data error itself
             try:
                 super().instantiate_classes()
             except data_errors():
                 raise
             except ValueError as err:
-                raise ConfigError(str(err)) from err
+                cause = data_error_in(err)
+                if cause is not None:
+                    raise cause from err
+                raise ConfigError(str(unwrapped(err))) from err
 
         def add_arguments_to_parser(self, parser):
             parser.add_argument("--run.group", type=str, default="adhoc",
@@ -652,9 +657,10 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
             # not add a sampler
             trainer_defaults={"use_distributed_sampler": False},
         )
-    except data_errors() as err:  # the data: one line
+    except (*data_errors(), DataErrorInLink) as caught:  # the data: one line
+        err = caught.error if isinstance(caught, DataErrorInLink) else caught
         if debug():
-            raise
+            raise err from err.__cause__  # its own traceback: where the reader found it
         raise SystemExit(f"{experiment.name}.py: {err}") from err
     except ConfigError as err:
         if debug():
@@ -706,20 +712,58 @@ def data_errors() -> tuple[type[Exception], ...]:
     return DataFormatError, FetchError, FileNotFoundError
 
 
+def data_error_in(err: BaseException) -> BaseException | None:
+    """The data error (:func:`data_errors`) that ``err`` was raised from, however deep in its
+    chain of causes, or None: jsonargparse raises errors of its own from what a constructor
+    or a link raised ("Does not validate against any of the Union subtypes ...", "Call to
+    compute_fn of link ... failed: ..."); :func:`prepared_attribute` carries its data errors
+    past it, any other file read while the classes are built is found here."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, data_errors()):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+#: how jsonargparse's errors start when they wrap what a constructor or a link raised
+#: (several lines: the link, the DataModule's arguments, every subclass tried)
+JSONARGPARSE_WRAPPERS = ("Call to compute_fn of link",
+                         "Does not validate against any of the Union subtypes")
+
+
+def unwrapped(err: BaseException) -> BaseException:
+    """What the model's or DataModule's constructor (or an argument link's function)
+    raised, without the errors jsonargparse wrapped it in: its message is the one line."""
+    while str(err).startswith(JSONARGPARSE_WRAPPERS) and err.__cause__ is not None:
+        err = err.__cause__
+    return err
+
+
+class DataErrorInLink(BaseException):
+    """A data error (:func:`data_errors`) raised while an argument link read the DataModule,
+    carried to :func:`run_cli` past jsonargparse, which catches every Exception of a link
+    and, to word its own message, calls ``str(datamodule)``: LightningDataModule's calls
+    every dataloader, so the files would be read three times more before the error."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error)
+        self.error = error
+
+
 def prepared_attribute(name: str, datamodule):
     """``datamodule.<name>`` after its files are there (datamodules.fetch.prepare: downloads
     what is missing, once, locked across processes): argument links read the DataModule's
-    vocabulary before Lightning would call ``prepare_data``."""
+    vocabulary before Lightning would call ``prepare_data``.  A malformed, missing or
+    undownloadable file ends the command in one line (:class:`DataErrorInLink`)."""
     from datamodules.fetch import prepare
 
     try:
         prepare(datamodule)
         return getattr(datamodule, name)
     except data_errors() as err:
-        if debug():
-            raise
-        # one line (SystemExit passes through jsonargparse, which would wrap the error)
-        raise SystemExit(f"{Path(sys.argv[0]).name}: {err}") from err
+        raise DataErrorInLink(err) from None
 
 
 def check_average_last(trainer, run) -> None:

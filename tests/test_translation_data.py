@@ -566,7 +566,8 @@ def test_wmt16_sgml_naming_errors(tmp_path):
     with pytest.raises(ValueError, match="both SGML"):
         dm.references("val")
     for kwargs, match in (({"romanian": "strip"}, "romanian must be one of"),
-                          ({"bpe_merges": 0}, "bpe_merges must be positive"),
+                          ({"bpe_merges": 0},
+                           "WMT16EnRoDataModule: bpe_merges must be at least 1, got 0"),
                           ({"target": "de"}, "directions")):
         with pytest.raises(ValueError, match=match):
             WMT16EnRoDataModule(str(tmp_path), **kwargs)
