@@ -100,12 +100,17 @@ def _corpus_bleu(hypotheses: Sequence[str], references: Sequence[str],
 
 
 def write_hypotheses(path: str | Path, ids: Sequence, sources: Sequence[str],
-                     hypotheses: Sequence[str], references: Sequence[str]) -> Path:
+                     hypotheses: Sequence[str], references: Sequence[str],
+                     scores: Sequence[float] | None = None) -> Path:
     """Decoded output, one JSON object per line: ``{"id", "source", "hypothesis",
-    "reference"}`` in the order given (JSON Lines, so tabs and quotes in the text need no
-    escaping rules of their own; UTF-8, non-ASCII kept as is)."""
+    "reference"}`` and, when given, ``score`` (the hypothesis' beam-search score) in the
+    order given (JSON Lines, so tabs and quotes in the text need no escaping rules of their
+    own; UTF-8, non-ASCII kept as is)."""
     columns = {"id": ids, "source": sources, "hypothesis": hypotheses, "reference": references}
-    counts = dict(zip(("ids", "sources", "hypotheses", "references"), map(len, columns.values())))
+    if scores is not None:
+        columns["score"] = [round(float(s), 6) for s in scores]
+    counts = dict(zip(("ids", "sources", "hypotheses", "references", "scores"),
+                      map(len, columns.values())))
     if len(set(counts.values())) > 1:
         raise ValueError("write_hypotheses needs one of each per example, got "
                          + ", ".join(f"{n} {name}" for name, n in counts.items()))
@@ -124,7 +129,8 @@ PAPER_BLEU = ("tokenized", "tokenized+compound_split", "detokenized")
 
 
 def translation_bleu(datamodule, stage: str, indices: Sequence[int],
-                     token_ids: Sequence[Sequence[int]]) -> dict:
+                     token_ids: Sequence[Sequence[int]],
+                     scores: Sequence[float] | None = None) -> dict:
     """BLEU of decoded target ids against a translation DataModule's references of the
     examples ``indices`` of split ``stage`` (datamodules/translation.py):
 
@@ -135,7 +141,8 @@ def translation_bleu(datamodule, stage: str, indices: Sequence[int],
       ``datamodule.raw_references``.
 
     Returns {"bleu": {...}, "sacrebleu": {...}} (:class:`BleuResult` fields) and
-    ``examples`` (id, source, hypothesis, reference per example, in ``indices`` order)."""
+    ``examples`` (id, source, hypothesis, reference and, given ``scores``, the hypothesis'
+    score per example, in ``indices`` order)."""
     kind = datamodule.bleu
     if kind not in PAPER_BLEU:
         raise ValueError(f"{type(datamodule).__name__}.bleu must be one of {PAPER_BLEU}, "
@@ -159,7 +166,8 @@ def translation_bleu(datamodule, stage: str, indices: Sequence[int],
             "sacrebleu": sacre._asdict() | {"kind": "detokenized"},
             "examples": {"id": list(indices), "source": [sources[i] for i in indices],
                          "hypothesis": hypotheses,
-                         "reference": [references[i] for i in indices]}}
+                         "reference": [references[i] for i in indices],
+                         "score": None if scores is None else list(scores)}}
 
 
 def write_translation_report(run_dir: str | Path, stage: str, report: dict) -> tuple[Path, Path]:
@@ -169,7 +177,7 @@ def write_translation_report(run_dir: str | Path, stage: str, report: dict) -> t
     examples = report["examples"]
     hyp_path = write_hypotheses(run_dir / f"hypotheses-{stage}.jsonl", examples["id"],
                                 examples["source"], examples["hypothesis"],
-                                examples["reference"])
+                                examples["reference"], examples.get("score"))
     scores = {k: v for k, v in report.items() if k != "examples"} | {
         "examples": len(examples["id"])}
     bleu_path = run_dir / f"bleu-{stage}.json"

@@ -105,25 +105,34 @@ class Seq2SeqTask:
         lengths = hypotheses.nbest_lengths[:, 0].tolist()
         if scores_bleu(self._datamodule()):  # -> BLEU and hypotheses-test.jsonl
             self._decoded.setdefault(stage, []).extend(
-                (int(i), row[:n]) for i, row, n in zip(batch["index"].tolist(),
-                                                       hypotheses.tokens.tolist(), lengths))
+                (int(i), (row[:n], float(score))) for i, row, n, score in zip(
+                    batch["index"].tolist(), hypotheses.tokens.tolist(), lengths,
+                    hypotheses.scores.tolist()))
         elif stage == "test":  # exact match: -> predictions-test.jsonl
             self.keep_predictions(self._exact_match_rows(batch, hypotheses, lengths))
 
     def _exact_match_rows(self, batch, hypotheses, lengths: list[int]) -> list[dict]:
-        """predictions-test.jsonl rows: ``id`` (position in the split), ``prediction`` and
-        ``gold`` (decoded by the DataModule's ``decode`` when it has one, else ids; eos not
-        shown), ``correct`` (the exact-match criterion) and ``score`` (the hypothesis'
+        """predictions-test.jsonl rows: ``id`` (position in the split), ``source`` (the
+        input), ``prediction`` and ``gold`` (each decoded by the DataModule's ``decode`` when
+        it has one, else ids; eos not shown), ``correct`` (the exact-match criterion) and ``score`` (the hypothesis'
         beam-search score)."""
-        decode = getattr(self._datamodule(), "decode", None)
+        datamodule = self._datamodule()
+        decode = getattr(datamodule, "decode", None)  # of target ids
         correct = SequenceExactMatch.matches(hypotheses.tokens, batch["tgt_out"],
                                              batch["tgt_mask"]).tolist()
         golds = [row[:n] for row, n in zip(batch["tgt_out"].tolist(),
                                            batch["tgt_mask"].sum(1).tolist())]
+        if hasattr(datamodule, "sources"):  # a text DataModule keeps each source's text
+            texts = datamodule.sources("test")
+            sources = [texts[i] for i in batch["index"].tolist()]
+        else:  # a shared vocabulary (MLU's characters): the source's ids decoded, or the ids
+            sources = [row[:n] for row, n in zip(batch["src"].tolist(),
+                                                 batch["src_mask"].sum(1).tolist())]
+            sources = [decode(ids) if decode else ids for ids in sources]
         rows = []
         for k, index in enumerate(batch["index"].tolist()):
             pred = hypotheses.tokens[k, :lengths[k]].tolist()
-            rows.append({"id": index,
+            rows.append({"id": index, "source": sources[k],
                          "prediction": decode(pred) if decode else pred,
                          "gold": decode(golds[k]) if decode else golds[k],
                          "correct": bool(correct[k]),
@@ -166,7 +175,8 @@ class Seq2SeqTask:
         if not decoded:
             return
         report = translation_bleu(datamodule, stage, [i for i, _ in decoded],
-                                  [ids for _, ids in decoded])
+                                  [ids for _, (ids, _) in decoded],
+                                  [score for _, (_, score) in decoded])
         self.log(f"{stage}/bleu", report["bleu"]["score"], rank_zero_only=True)
         self.log(f"{stage}/sacrebleu", report["sacrebleu"]["score"], rank_zero_only=True)
         log_dir = self.trainer.log_dir  # a broadcast under DDP: every process asks

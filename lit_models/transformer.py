@@ -182,6 +182,16 @@ class TransformerSeq2Seq(Seq2SeqTask, Transformer):
         return self.search(step, state, src_mask, k, max_len, reorder=reorder)
 
 
+def input_texts(model, batch) -> list:
+    """Each example's input as the predictions file shows it: the words of its token ids
+    (``batch["tokens"]`` where ``batch["mask"]``) by the DataModule's tokenizer, or the ids
+    when the model runs without a DataModule that has one."""
+    datamodule = getattr(model._trainer, "datamodule", None) if model._trainer else None
+    tokenizer = getattr(datamodule, "tokenizer", None)
+    rows = [ids[:n] for ids, n in zip(batch["tokens"].tolist(), batch["mask"].sum(1).tolist())]
+    return [" ".join(tokenizer.decode(ids)) for ids in rows] if tokenizer else rows
+
+
 class TransformerClassifier(Transformer):
     """Transformer encoder, pooling, linear classifier: sentence and document classification
     (CoDA Table 5, Differentiable Window Table 5; both papers use tensor2tensor's
@@ -243,9 +253,10 @@ class TransformerClassifier(Transformer):
         if stage == "test" and "index" in batch:  # -> predictions-test.jsonl
             log_p = F.log_softmax(logits.detach().float(), -1).cpu()
             self.keep_predictions(
-                {"id": i, "gold": gold, "prediction": int(lp.argmax()),
+                {"id": i, "input": text, "gold": gold, "prediction": int(lp.argmax()),
                  "log_probs": [round(float(v), 6) for v in lp]}
-                for i, gold, lp in zip(batch["index"].tolist(), batch["label"].tolist(), log_p))
+                for i, text, gold, lp in zip(batch["index"].tolist(), input_texts(self, batch),
+                                             batch["label"].tolist(), log_p))
         return loss
 
     def training_step(self, batch, batch_idx):
@@ -321,9 +332,9 @@ class TransformerLM(Transformer):
         if stage == "test" and "index" in batch:  # -> predictions-test.jsonl
             sums = nll.detach().double().masked_fill(~batch["mask"], 0.0).sum(1).tolist()
             self.keep_predictions(
-                {"id": i, "tokens": n, "nll": round(total, 6)}
-                for i, n, total in zip(batch["index"].tolist(),
-                                       batch["mask"].sum(1).tolist(), sums))
+                {"id": i, "input": text, "tokens": n, "nll": round(total, 6)}
+                for i, text, n, total in zip(batch["index"].tolist(), input_texts(self, batch),
+                                             batch["mask"].sum(1).tolist(), sums))
 
     def validation_step(self, batch, batch_idx):
         self._evaluate(batch, "val")

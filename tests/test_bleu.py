@@ -143,3 +143,9 @@ def test_write_hypotheses_one_json_line_per_example(tmp_path):
     assert "chào" in path.read_text(encoding="utf-8")  # UTF-8, not \u escapes
     with pytest.raises(ValueError, match="got 2 ids, 2 sources, 1 hypotheses, 2 references"):
         write_hypotheses(tmp_path / "x.jsonl", [1, 2], ["a", "b"], ["a"], ["a", "b"])
+    # with the beam's scores: one more field per row
+    path = write_hypotheses(tmp_path / "scored.jsonl", [0], ["s"], ["h"], ["r"], [-1.2345678])
+    assert json.loads(path.read_text(encoding="utf-8")) == {
+        "id": 0, "source": "s", "hypothesis": "h", "reference": "r", "score": -1.234568}
+    with pytest.raises(ValueError, match="1 references, 2 scores"):
+        write_hypotheses(tmp_path / "x.jsonl", [1], ["a"], ["a"], ["a"], [0.0, 1.0])

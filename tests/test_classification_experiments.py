@@ -69,8 +69,14 @@ def test_coda_sentiment_grid_on_both_datasets(env, tmp_path):
     # every test example's prediction: the logged accuracy recomputed from the file
     rows = read_jsonl(run_dir / "predictions-test.jsonl")
     assert [r["id"] for r in rows] == list(range(12))  # the fixture's 6 + 6 reviews
-    assert set(rows[0]) == {"id", "gold", "prediction", "log_probs"}
+    assert set(rows[0]) == {"id", "input", "gold", "prediction", "log_probs"}
     assert all(r["prediction"] == max(range(2), key=r["log_probs"].__getitem__) for r in rows)
+    # the input: the review's words (BPE decoded), the first ones as in one of the 12 files
+    reviews = [" ".join(f.read_text(encoding="utf-8").lower().split())
+               for f in (ROOT / "tests" / "fixtures" / "aclImdb" / "test").rglob("*.txt")]
+    assert len({r["input"] for r in rows}) == 12
+    assert all(sum(" ".join(r["input"].split()[:5]) in text for text in reviews) == 1
+               for r in rows), [r["input"][:60] for r in rows]
     assert sum(r["prediction"] == r["gold"] for r in rows) / len(rows) == \
         pytest.approx(values["test/acc"])
 
@@ -105,6 +111,10 @@ def test_dwin_lm_cell_and_its_perplexity_report(env, tmp_path):
     # every test sentence's NLL: the logged perplexity recomputed from the file
     rows = read_jsonl(run_dir / "predictions-test.jsonl")
     assert [r["id"] for r in rows] == list(range(len(rows)))
+    heldout = [line.split() for line in (ROOT / "tests" / "fixtures" / "lm1b" /
+               "heldout-monolingual.tokenized.shuffled" / "news.en.heldout-00000-of-00050")
+               .read_text(encoding="utf-8").splitlines()]
+    assert [r["input"].split() for r in rows] == heldout[:len(rows)]  # the test sentences
     assert math.exp(sum(r["nll"] for r in rows) / sum(r["tokens"] for r in rows)) == \
         pytest.approx(values["test/perplexity"], rel=1e-5)
     assert wandb_config(run_dir)["attention/decoder"] == "window(variant=mw)"

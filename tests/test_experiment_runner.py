@@ -45,8 +45,9 @@ def test_fit_logs_to_csv_and_offline_wandb_with_a_mid_training_checkpoint(env, t
     # every test example's prediction: the logged exact match recomputed from the file
     rows = read_jsonl(run_dir / "predictions-test.jsonl")
     assert [r["id"] for r in rows] == list(range(len(rows))) and len(rows) == 64
-    assert set(rows[0]) == {"id", "prediction", "gold", "correct", "score"}
+    assert set(rows[0]) == {"id", "source", "prediction", "gold", "correct", "score"}
     assert all(isinstance(r["gold"], str) and r["gold"] for r in rows)  # decoded answers
+    assert all(isinstance(r["source"], str) and r["source"] for r in rows)  # the problems
     assert all(r["correct"] == (r["prediction"] == r["gold"]) for r in rows)
     assert sum(r["correct"] for r in rows) / len(rows) == \
         pytest.approx(csv_values["test/exact_match"])

@@ -40,9 +40,11 @@ def test_coda_mt_writes_bleu_with_signatures_and_every_hypothesis(env, tmp_path)
     # logged BLEU is the BLEU of that file
     rows = [json.loads(line) for line in (run_dir / "hypotheses-test.jsonl").open()]
     assert len(rows) == 32 and len({r["id"] for r in rows}) == 32
-    assert set(rows[0]) == {"id", "source", "hypothesis", "reference"}
+    assert set(rows[0]) == {"id", "source", "hypothesis", "reference", "score"}
     tst2012 = shared_path("iwslt15_en_vi/tst2012.vi").read_text(encoding="utf-8").splitlines()
     assert all(r["reference"] == tst2012[r["id"]] for r in rows)
+    # the beam's score: a length-penalised sum of log-probabilities, below 0
+    assert all(isinstance(r["score"], float) and r["score"] < 0 for r in rows)
     bleu = tokenized_bleu([r["hypothesis"] for r in rows], [r["reference"] for r in rows])
     assert values["test/bleu"] == pytest.approx(bleu.score, rel=1e-5)
     scores = json.loads((run_dir / "bleu-test.json").read_text())
@@ -92,6 +94,7 @@ def test_coda_text2code_smoke_grid_and_report(env, tmp_path):
                       / "predictions-test.jsonl")  # programs as text, exact match per row
     assert [r["id"] for r in rows] == list(range(len(rows)))
     assert all(isinstance(r["prediction"], str) and isinstance(r["gold"], str) for r in rows)
+    assert all(isinstance(r["source"], str) and r["source"] for r in rows)  # the description
     assert sum(r["correct"] for r in rows) / len(rows) == pytest.approx(values["test/exact_match"])
 
 
