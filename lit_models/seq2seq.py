@@ -114,8 +114,8 @@ class Seq2SeqTask:
     def _exact_match_rows(self, batch, hypotheses, lengths: list[int]) -> list[dict]:
         """predictions-test.jsonl rows: ``id`` (position in the split), ``source`` (the
         input), ``prediction`` and ``gold`` (each decoded by the DataModule's ``decode`` when
-        it has one, else ids; eos not shown), ``correct`` (the exact-match criterion) and ``score`` (the hypothesis'
-        beam-search score)."""
+        it has one, else ids; eos not shown), ``correct`` (the exact-match criterion) and
+        ``score`` (the hypothesis' beam-search score)."""
         datamodule = self._datamodule()
         decode = getattr(datamodule, "decode", None)  # of target ids
         correct = SequenceExactMatch.matches(hypotheses.tokens, batch["tgt_out"],
