@@ -542,6 +542,7 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
             # the script's name, also when main() is called in-process
             prog = " ".join([f"{experiment.name}.py",
                              *parser.prog.replace(" [options]", "").split()[1:]])
+            message = compact_error(message, experiment)
             sys.stderr.write(f"{prog}: error: {message}{closest_options(parser, message)}\n"
                              f"(every option: {prog} --help)\n")
             self.exit(2)
@@ -667,6 +668,27 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
             raise
         raise SystemExit(f"{experiment.name}.py: invalid configuration: {err} "
                          f"(ATTNREPRO_DEBUG=1 shows the traceback)") from err
+
+
+def compact_error(message: str, experiment: Experiment) -> str:
+    """jsonargparse's argument errors in one line where they take several: a value outside
+    an option's choices names the flag, the value and the choices (not the tree of every
+    Union subtype tried), and a config file that does not exist names the experiment's
+    configs.  Any other message is returned as it is."""
+    choices = re.findall(r"Expected a typing\.Literal\[([^\]]*)\]", message)
+    given = re.search(r"(?:Given|Got) value: (.*)", message)
+    if choices and given:
+        keys = re.findall(r'(?:Parser key|Key) "([\w.]+)"', message)
+        flag = "--" + ".".join(keys) if keys else "an option"
+        names = ", ".join(c.strip().strip("'") for c in choices[0].split(","))
+        return f"{flag}: {given.group(1).strip()!r} is not one of {names}"
+    missing = re.search(r'Parser key "config": File does not exist: (.*)', message)
+    if missing:
+        return (f"--config: no such file {missing.group(1).strip()}; the configs of "
+                f"{experiment.name}: {', '.join(experiment.configs())} "
+                f"({_shown(experiment.config_dir)}/<config>.yaml, and a dataset of a "
+                "multi-dataset config: <config>/<dataset>.yaml)")
+    return message
 
 
 def closest_options(parser, message: str) -> str:

@@ -363,8 +363,16 @@ def test_debug_shows_the_traceback(runs, monkeypatch):
       "trainer.max_stepz: did you mean --trainer.max_steps or --trainer.max_time or "
       "--trainer.min_steps?"]),
     (["--config", "nonexist.yaml"],
-     [f"coda_mlu.py fit: error: Parser key \"config\": File does not exist: "
-      f"'{ROOT / 'nonexist.yaml'}'"]),
+     [f"coda_mlu.py fit: error: --config: no such file '{ROOT / 'nonexist.yaml'}'; the "
+      "configs of coda_mlu: curve, demo, paper, smoke (experiments/configs/coda_mlu/"
+      "<config>.yaml, and a dataset of a multi-dataset config: <config>/<dataset>.yaml)"]),
+    (["--model.attention", "coda", "--model.attention.gate", "bogus"],  # a Union's Literal
+     ["coda_mlu.py fit: error: --model.attention.gate: 'bogus' is not one of plain, "
+      "centered, scaled"]),
+    (["--model.attention", "window", "--model.attention.variant", "xx"],
+     ["coda_mlu.py fit: error: --model.attention.variant: 'xx' is not one of mw, aw"]),
+    (["--model.norm", "mid"],
+     ["coda_mlu.py fit: error: --model.norm: 'mid' is not one of pre, post"]),
     (["--config", "{bad}"],
      ["coda_mlu.py fit: error: Subcommand 'fit' does not accept option 'model.dropoutt'; "
       "model.dropoutt: did you mean --model.dropout?"]),
