@@ -421,7 +421,9 @@ class NLIDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes.
         seed: shuffling seed of the training batches (and of the random OOV vectors);
             None: the run's seed (``seed_everything``; datamodules.common.data_seed).
-        vectors: path of a GloVe-format text file for ``embeddings``.
+        vectors: path of a GloVe-format text file for ``embeddings``; a relative path that
+            is not there from the working directory is taken under the data root
+            ($ATTNREPRO_DATA, default ../shared/data): the paper configs' ``glove/...``.
         vectors_dim: dimension of those vectors.
         download: let ``prepare_data`` download the official archive when files are
             missing, through datamodules.fetch (also the GloVe 840B file ``vectors`` names,
@@ -462,6 +464,8 @@ class NLIDataModule(L.LightningDataModule):
         self.batch_size, self.tokenizer, self.lowercase = batch_size, tokenizer, lowercase
         self.max_train_examples, self.min_freq = max_train_examples, min_freq
         self.num_workers, self.seed = num_workers, seed
+        if vectors is not None and not Path(vectors).is_absolute() and not Path(vectors).exists():
+            vectors = str(shared_data_dir() / vectors)  # where datamodules.fetch puts GloVe
         self.vectors, self.vectors_dim, self.download = vectors, vectors_dim, download
         self.files: dict[str, str] = {}  # split -> file name under data_dir (subclasses)
         self.datasets: dict[str, PairDataset] = {}

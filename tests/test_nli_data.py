@@ -401,3 +401,19 @@ def test_prepare_data_fetches_and_unpacks_the_archive(tmp_path, monkeypatch):
     assert dm.path("train") == data_dir / "snli_1.0" / "snli_1.0_train.jsonl"
     dm.setup()
     assert len(dm.datasets["train"]) == 10 and dm.dropped_no_gold["val"] == 16
+
+
+def test_a_relative_vectors_path_is_found_under_the_data_root(tmp_path, monkeypatch):
+    """The paper configs name ``glove/glove.840B.300d.txt``: under $ATTNREPRO_DATA (where
+    ``python -m datamodules.fetch glove`` puts it), whatever the working directory; a path
+    that exists from the working directory, or an absolute one, is kept."""
+    from datamodules.nli import SNLIDataModule
+
+    monkeypatch.setenv("ATTNREPRO_DATA", str(tmp_path / "root"))
+    monkeypatch.chdir(tmp_path)
+    dm = SNLIDataModule(data_dir=str(tmp_path), vectors="glove/glove.840B.300d.txt")
+    assert dm.vectors == str(tmp_path / "root" / "glove" / "glove.840B.300d.txt")
+    (tmp_path / "mine.txt").write_text("a 0.1\n")
+    assert SNLIDataModule(data_dir=str(tmp_path), vectors="mine.txt").vectors == "mine.txt"
+    absolute = str(tmp_path / "elsewhere.txt")
+    assert SNLIDataModule(data_dir=str(tmp_path), vectors=absolute).vectors == absolute
