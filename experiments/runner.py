@@ -1086,6 +1086,7 @@ def _grid_parser(experiment: Experiment, command: str,
     else:
         p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per cell")
         p.add_argument("--cells", nargs="*", default=None, help="only these cells")
+    if command == "grid":  # how to run them here (a sweep's agents decide for themselves)
         p.add_argument("--jobs", type=int, default=1, help="cells run in parallel")
         p.add_argument("--dry-run", action="store_true", help="print the commands only")
         p.add_argument("--threads", type=int, default=None,
@@ -1355,8 +1356,11 @@ def run_one_cell(experiment: Experiment, argv: list[str]) -> None:
         raise SystemExit(proc.returncode)
 
 
-def sweep_config(experiment: Experiment, grid: Grid, config: str, seeds: int) -> dict:
-    """A W&B sweep over the same grid: every (cell, seed), run by the ``cell`` command."""
+def sweep_config(experiment: Experiment, grid: Grid, config: str, seeds: int,
+                 cells: list[str] | None = None) -> dict:
+    """A W&B sweep over the same grid: every (cell, seed) (or only ``cells``' seeds), run
+    by the ``cell`` command."""
+    chosen = [grid.cell(n) for n in cells] if cells else grid.cells
     first_metric = next(iter(grid.metrics.values()))
     script = f"experiments/{experiment.name}.py"
     return {
@@ -1365,7 +1369,7 @@ def sweep_config(experiment: Experiment, grid: Grid, config: str, seeds: int) ->
         "description": grid.title,
         "method": "grid",
         "metric": {"name": first_metric, "goal": grid.goal},
-        "parameters": {"cell": {"values": [c.name for c in grid.cells]},
+        "parameters": {"cell": {"values": [c.name for c in chosen]},
                        "seed": {"values": list(range(seeds))}},
         "command": ["${env}", "${interpreter}", "${program}", "cell", grid.name, "--config",
                     config, "${args}"],
@@ -1388,8 +1392,8 @@ def write_sweep(experiment: Experiment, argv: list[str]) -> None:
     experiment.config_path(config)
     out = Path(args.output or sweep_path(experiment, grid, config))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(yaml.safe_dump(sweep_config(experiment, grid, config, args.seeds),
-                                  sort_keys=False))
+    out.write_text(yaml.safe_dump(sweep_config(experiment, grid, config, args.seeds,
+                                               args.cells), sort_keys=False))
     print(f"wrote {out}\nrun it with:  wandb sweep {out}   then   wandb agent <sweep id>  "
           f"(on as many machines as you like)")
 

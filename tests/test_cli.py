@@ -297,6 +297,17 @@ def test_sweep_writes_beside_the_runs_and_is_never_a_config(runs, tmp_path, caps
     assert capsys.readouterr().out.startswith(f"wrote {path}\n")
     assert yaml.safe_load(path.read_text())["parameters"]["cell"]["values"] == [
         "transformer", "coda"]
+    # --cells and --seeds as in grid; grid's ways of running (--jobs, ...) are not offered
+    coda_mlu.EXPERIMENT.main(["sweep", "table6", "--smoke", "--cells", "coda", "--seeds", "3"])
+    params = yaml.safe_load(path.read_text())["parameters"]
+    assert params == {"cell": {"values": ["coda"]}, "seed": {"values": [0, 1, 2]}}
+    capsys.readouterr()
+    for args in (["--jobs", "2"], ["--dry-run"], ["--skip-done"], ["--threads", "1"]):
+        with pytest.raises(SystemExit):
+            coda_mlu.EXPERIMENT.main(["sweep", "table6", "--smoke", *args])
+        assert f"unrecognized arguments: {args[0]}" in capsys.readouterr().err
+    assert error(coda_mlu.EXPERIMENT, ["sweep", "table6", "--smoke", "--cells", "cod"]) == \
+        "grid 'table6' has no cell 'cod'; cells: transformer, coda"
     # a sweep file among the configs (as older versions wrote them) is not listed
     configs = tmp_path / "configs"
     configs.mkdir()
