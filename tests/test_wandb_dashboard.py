@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -61,8 +62,11 @@ def runs(tmp_path_factory):
     ckpt = next((group / "vanilla-seed0" / "checkpoints").glob("*.ckpt"))
     test_out = run(DECOMP, ["test", "--config", str(SMOKE), "--ckpt_path", str(ckpt),
                             "--seed_everything", "3", "--run.name", "evaluated"], env)
-    return SimpleNamespace(group=group, evaluated=tmp / "runs" / "decomp_snli" / "adhoc" /
-                           "evaluated", grid_out=grid_out, test_out=test_out)
+    run(DECOMP, ["test", "--config", str(SMOKE), "--ckpt_path", str(ckpt),  # own data seed
+                 "--seed_everything", "3", "--data.seed", "7", "--run.name", "data_seed"], env)
+    adhoc = tmp / "runs" / "decomp_snli" / "adhoc"
+    return SimpleNamespace(group=group, evaluated=adhoc / "evaluated",
+                           data_seed=adhoc / "data_seed", grid_out=grid_out, test_out=test_out)
 
 
 @pytest.mark.slow
@@ -79,8 +83,10 @@ def test_every_run_says_what_it_is(runs):
     assert run_info(path)["job_type"] == "eval"
     assert run_info(path)["group"] == "decomp_snli/adhoc"
     cfg = config(path)
-    assert {k: cfg[k] for k in ("experiment", "grid", "cell", "seed")} == {
-        "experiment": "decomp_snli", "grid": None, "cell": None, "seed": 3}
+    assert {k: cfg[k] for k in ("experiment", "grid", "cell", "seed", "data_seed")} == {
+        "experiment": "decomp_snli", "grid": None, "cell": None, "seed": 3, "data_seed": 3}
+    cfg = config(wandb_file(runs.data_seed))  # a data seed given apart from the run's seed
+    assert (cfg["seed"], cfg["data_seed"]) == (3, 7)
 
 
 @pytest.mark.slow
@@ -136,13 +142,18 @@ def test_the_grid_logs_the_papers_table_in_its_group(runs):
 
 
 @pytest.mark.slow
-def test_a_plain_run_prints_none_of_the_old_warnings(runs):
+def test_a_plain_run_prints_no_warning(runs):
+    """Neither the four the issue named (WARNINGS) nor any other: no line of a grid, its
+    cells or a test run says warn, tip or deprecated."""
     outputs = {"grid": runs.grid_out, "test": runs.test_out}
     outputs |= {cell: (runs.group / f"{cell}-seed0" / "output.log").read_text()
                 for cell in CELLS}
     for name, out in outputs.items():
         for warning in WARNINGS:
             assert warning not in out, f"{name}: {warning!r} in\n{out[-3000:]}"
+        flagged = [line for line in out.splitlines()
+                   if re.search(r"warn|\btips?\b|deprecat", line, re.IGNORECASE)]
+        assert not flagged, f"{name}: {flagged}"
 
 
 # -- the parts, without a run ------------------------------------------------------------------
