@@ -173,3 +173,26 @@ def test_generator_is_deterministic_and_labels_follow_the_layouts(tmp_path):
         assert rating in (range(7, 11) if n[2] == "pos" else range(1, 5)), n
     assert {n[1] for n in names if n[0] == "dialogue_nli"} == {
         f"dialogue_nli_{s}.jsonl" for s in ("train", "dev", "test")}
+
+
+#: one name per quantity, across every experiment (issue 15): what a grid reports and what
+#: the models log under val/ and test/
+QUANTITIES = {"acc", "acc_mismatched", "acc_best", "bleu", "sacrebleu", "exact_match", "map",
+              "mrr", "p@1", "perplexity", "map_best", "mrr_at_best_map", "n_parameters",
+              "steps_per_second", "step_memory_mb"}
+#: names another codebase might use for the same quantities
+SYNONYMS = re.compile(r"/(accuracy|ppl|em|exact|exactmatch|bleu4|precision_at_1|r10@1)\b")
+
+
+def test_one_metric_name_per_quantity_across_experiments():
+    """Every grid's metrics are one of QUANTITIES, and no model logs a synonym (``test/acc``
+    in one experiment and ``test/accuracy`` in another was the bug)."""
+    for script, grid in GRIDS:
+        for label, key in experiment(script).grids[grid].metrics.items():
+            assert key.split("/", 1)[1] in QUANTITIES, (script, grid, label, key)
+    logged = []
+    for path in (ROOT / "lit_models").glob("*.py"):
+        logged += re.findall(r"""self\.log(?:_mean)?\(\s*f?["']([^"']+)["']""",
+                             path.read_text(encoding="utf-8"))
+    assert len(logged) > 20  # the pattern finds the models' log calls
+    assert not [name for name in logged if SYNONYMS.search(name)], logged
