@@ -25,6 +25,25 @@ Cases (no padding, default options of each mechanism and the VARIANTS beside the
 Every number is forward + backward (``fwd_ms``: forward alone under no_grad) of the
 mechanism's core including its own parameters, for a fixed random cotangent.
 
+Limits on a CPU, by counting matrix products (a "unit" is one L x L x d product per head;
+SDPA's flash kernel costs 7: q k^T and P v forward, and backward q k^T again, dP = dO v^T,
+dV, dQ, dK).  CoDA: its L1 term has no matrix-product form, but d subtractions, absolute
+values and adds per (i, j) run in SIMD vectors beside q.k's multiply-adds in the same pass
+over the keys, so it costs about one more unit where it is computed (forward, the
+recomputing backward and the gradient pass), not a "2-3x floor" of three passes that no
+matrix product can do (measured: 1.22x SDPA's time at L=512, results/attention_kernels.md).
+The differentiable window (Eq. 7-11) needs, per head, the scores q k^T, the two boundary
+scorings (q W_l) k^T and (q W_r) k^T and the output M v (4 units forward), AW also its
+local scores (5 units); a backward that recomputes the score matrices instead of storing
+them (3-4 units, what keeps memory within a few L x L tiles) and two units per score matrix
+plus two for M v (8-10 units): 15 units for MW and 19 for AW, and AW's projections of the
+input for its local scores add 6 more at d_model = H d = 512.  So MW's products alone are
+about 2.1x SDPA's and AW's about 3.6x: the 3x time goal is below AW's floor by products
+alone, whatever the element-wise work (two boundary softmaxes, their cumulative sums, Eq.
+9-11 and their derivatives: as much time again in the profile), unless the boundary
+scorings are stored (64 MiB per L x L score matrix of B H = 64 heads at L=512, beyond the
+3x memory goal) or fused with the cumulative sums into one kernel.
+
 Method.  Each case runs in a fresh Python subprocess (``--isolate``, the default; ``--quick``
 measures in-process, where a case's malloc settings carry over to the next) with
 ``torch.set_num_threads`` fixed.  After ``--warmup`` runs (which also trigger any
@@ -67,8 +86,10 @@ import torch
 
 CONTEXT_ORDER = ("multihead", "alignment", "decoder", "decoder_step")
 #: option variants measured beside a mechanism's defaults, per context: the density matrix's
-#: AQT scheme beside MQT in the RNN decoder (AQT has no once-per-source shortcut)
-VARIANTS = {"decoder": {"density": ["density:scheme=aqt"]},
+#: AQT scheme beside MQT in the RNN decoder (AQT has no once-per-source shortcut), the
+#: window's MW beside its default AW in multi-head attention
+VARIANTS = {"multihead": {"window": ["window:variant=mw"]},  # AW is the default
+            "decoder": {"density": ["density:scheme=aqt"]},
             "decoder_step": {"density": ["density:scheme=aqt"]}}
 
 
