@@ -59,6 +59,20 @@ TABLE4 = {
                              75, 0.99, 27.89),
     "enc_aw-cr_aw_seg-dec_mw": (TABLE1_ROWS["enc_aw-cr_aw_seg-dec_mw"], 73, 1.04, 28.25),
 }
+#: the cost grid's rows (issue 18 item 3: DW Table 4's measure for every mechanism of Table 5
+#: in the translation model): each placed as Table 1 places it (relative in both
+#: self-attentions; localness, MW and AW in the encoder's lower 3 layers), the paper's Table 4
+#: window model, and CoDA Table 4's model (CoDA in every attention module)
+COST_ROWS = {
+    "transformer": [],
+    "relative": TABLE1_ROWS["relative"],
+    "localness": TABLE1_ROWS["localness"],
+    "enc_mw": ["--model.encoder_attention=window", "--model.encoder_attention.variant=mw"]
+              + PARTIAL,
+    "enc_aw": ENC_AW + PARTIAL,
+    "enc_aw-cr_aw_seg-dec_mw": TABLE1_ROWS["enc_aw-cr_aw_seg-dec_mw"],
+    "coda": ["--model.attention=coda"],
+}
 BLEU_NOTE = ("BLEU: tokenized, case-sensitive, with compound splitting for En-De (sacreBLEU "
              "tok:none on the Moses-tokenized references, after tensor2tensor's "
              "get_ende_bleu.sh); test/sacrebleu in the CSV is sacreBLEU's detokenized 13a "
@@ -153,6 +167,27 @@ EXPERIMENT = Experiment(
                  "lit_models/base.py), on this machine: compare the ratios to the "
                  "Transformer row (paper: ours at 1.04 / 1.20 = 0.87x), not the values "
                  "(the paper's are on GPUs). " + BLEU_NOTE,
+        ),
+        "cost": Grid(
+            name="cost",
+            title="Training cost of the translation model per mechanism, WMT'14 En-De (DW "
+                  "Table 4's measure)",
+            metrics={"Params (M)": "hparams/n_parameters",
+                     "Steps/s": "train/steps_per_second",
+                     "Step MB": "train/step_memory_mb"},
+            scale=1.0,
+            scales={"Params (M)": 1e-6},
+            relative_to={"Steps/s": "transformer", "Step MB": "transformer"},
+            cells=[Cell(name, dataset_config("en_de") + args)
+                   for name, args in COST_ROWS.items()],
+            note="Rows: relative in both self-attentions (all layers); localness, MW and AW "
+                 "in the encoder's lower 3 layers (as Table 1 places them); the paper's "
+                 "Enc(AW)-Cr(AW,Seg)-Dec(MW); CoDA in every attention module (CoDA Table 4). "
+                 "Steps/s: optimiser steps per second of training-step time (forward, "
+                 "backward, update); Step MB: the training loop's resident-set peak beyond "
+                 "what was in memory when it began. Goal (issue 18): 0.87x of the "
+                 "Transformer's steps/s or better (the paper's window model: 1.04 / 1.20). "
+                 "Use --config speed, one run at a time.",
         ),
     },
 )
