@@ -25,6 +25,10 @@ exact (sign(0) = 0) and bounded in memory:
 - without a working compiler (or with ``ATTNREPRO_COMPILE=0``) ``torch.cdist(p=1)`` and its
   backward kernel on the same tiles.
 
+bfloat16 and float16 inputs (autocast, or a model cast to them) are computed in float32
+(:func:`attention._tiling.apply_float32`): the L1 sums over d need it, the C++ kernels take
+it, and torch.cdist has no bfloat16 kernel.
+
 Measured at B=8, H=8, d=64, float32, forward + backward against softmax SDPA: see
 benchmarks/README.md (and attention._coda_l1_ext for the kernels' own numbers).  The
 backward is not differentiable again (no double backward).
@@ -44,7 +48,7 @@ from torch.autograd.function import once_differentiable
 
 from attention import _coda_l1_ext
 from attention._compiled import PaddedKernel
-from attention._tiling import MaskTiles, dropout_keep
+from attention._tiling import MaskTiles, apply_float32, dropout_keep, without_autocast
 
 #: bytes of one block (tile) of the flattened (N, Lq, Lk) quasi-attention matrix
 BLOCK_BYTES = 4 << 20
@@ -205,6 +209,7 @@ class _L1Distance(torch.autograd.Function):
         return out  # (N,Lq,Lk)
 
     @staticmethod
+    @without_autocast
     @once_differentiable
     def backward(ctx, grad: Tensor):
         q, k = ctx.saved_tensors
@@ -227,7 +232,7 @@ def l1_distance(q: Tensor, k: Tensor) -> Tensor:
     lq, lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     qf = q.expand(*batch, lq, d).reshape(-1, lq, d)
     kf = k.expand(*batch, lk, d).reshape(-1, lk, d)
-    return _L1Distance.apply(qf, kf).view(*batch, lq, lk)
+    return apply_float32(_L1Distance, qf, kf).view(*batch, lq, lk)
 
 
 # -- the quasi-attention, block by block of query rows -----------------------------------------
@@ -438,6 +443,7 @@ class QuasiAttention(torch.autograd.Function):
         return out, out_t, weights
 
     @staticmethod
+    @without_autocast
     @once_differentiable
     def backward(ctx, g_out, g_out_t, g_weights):
         q, k, v, v_t = ctx.saved_tensors

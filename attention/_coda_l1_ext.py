@@ -13,9 +13,11 @@ Instruction set: no ``-march=native``.  The flags follow torch's own run-time CP
 bytes), anything else (older x86, ARM) with the compiler's defaults (16 bytes: SSE2, NEON).
 ``ATEN_CPU_CAPABILITY=avx2`` (torch's own switch) therefore also selects the AVX2 build.
 
-Used for CPU float32/float64 tensors only.  Off with ``ATTNREPRO_COMPILE=0`` (as every
-compiled kernel) or ``ATTNREPRO_CODA_CPP=0`` (this one only: the torch.compile kernels then
-run); if the build or the load fails it warns once and the caller takes its other path.
+Used for CPU float32/float64 tensors only (the CoDA functions compute bfloat16 and float16
+in float32, under autocast or not, so these kernels run for them too).  Off with
+``ATTNREPRO_COMPILE=0`` (as every compiled kernel) or ``ATTNREPRO_CODA_CPP=0`` (this one
+only: the torch.compile kernels then run); if the build or the load fails it warns once and
+the caller takes its other path.
 """
 
 from __future__ import annotations

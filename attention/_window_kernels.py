@@ -26,6 +26,8 @@ segments or tokens, AW or MW).  The kernels are compiled through
 :class:`attention._compiled.Compiled` (eager without a compiler or with
 ``ATTNREPRO_COMPILE=0``; blocks with a size below 2 always run eagerly, so that dynamo never
 specialises on size 1).  The backward is not differentiable again (no double backward).
+bfloat16 and float16 inputs (autocast, or a model cast to them) are computed in float32
+(:func:`attention._tiling.apply_float32`): the cumulative sums over the keys need it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from attention._compiled import Compiled
-from attention._tiling import MaskTiles, dropout_keep
+from attention._tiling import MaskTiles, apply_float32, dropout_keep, without_autocast
 
 #: bytes of one (N, rows, Lk) block of scores; a block step holds about a dozen of them
 BLOCK_BYTES = 2 << 20
@@ -366,6 +368,7 @@ class WindowAttention(torch.autograd.Function):
         return out, weights
 
     @staticmethod
+    @without_autocast
     @once_differentiable
     def backward(ctx, g_out, g_weights):
         x = Inputs(*ctx.saved_tensors)
@@ -385,5 +388,5 @@ class WindowAttention(torch.autograd.Function):
 def window_attention(x: Inputs, mask: Tensor | None, opt: Options) -> tuple[Tensor,
                                                                              Tensor | None]:
     """Run :class:`WindowAttention` on flattened inputs: (out (N, Lq, dv), A (N, Lq, Lk) or
-    None)."""
-    return WindowAttention.apply(opt, mask, *x)
+    None); bfloat16 and float16 in float32 (:func:`attention._tiling.apply_float32`)."""
+    return apply_float32(WindowAttention, opt, mask, *x)

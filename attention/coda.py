@@ -46,6 +46,7 @@ from torch import Tensor
 from attention._coda_kernels import BlockOps, Centering, QuasiAttention, Rows
 from attention._coda_kernels import l1_distance as l1_distance
 from attention._compiled import Compiled
+from attention._tiling import apply_float32
 from attention.base import (
     Alignment,
     AlignmentCore,
@@ -201,9 +202,9 @@ def _coda(q: Tensor, k: Tensor, v: Tensor | None, mask: Tensor | None = None, *,
     batch, opt, flat = _prepare(q, k, v, v_t, mask, alpha, beta, scale, gate, e_fn, n_fn)
     lq, lk = q.shape[-2], k.shape[-2]
     centering = Centering(e=center_e, n=gate == "centered", rows=center_rows)
-    out, out_t, weights = QuasiAttention.apply(
-        flat(q), flat(k), flat(v), flat(v_t), mask, batch, _OPS, opt, centering, dropout,
-        need_weights)
+    out, out_t, weights = apply_float32(  # bfloat16 and float16 in float32
+        QuasiAttention, flat(q), flat(k), flat(v), flat(v_t), mask, batch, _OPS, opt,
+        centering, dropout, need_weights)
     return (None if out is None else out.view(*batch, lq, -1),
             None if out_t is None else out_t.view(*batch, lk, -1),
             None if weights is None else weights.view(*batch, lq, lk))

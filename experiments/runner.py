@@ -524,6 +524,8 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
     """LightningCLI for one run; returns the CLI object (tests inspect it)."""
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+    from lit_models.base import NonFiniteLossError
+
     threads = os.environ.get("ATTNREPRO_THREADS")
     if threads:
         import torch
@@ -668,6 +670,10 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
             raise
         raise SystemExit(f"{experiment.name}.py: invalid configuration: {err} "
                          f"(ATTNREPRO_DEBUG=1 shows the traceback)") from err
+    except NonFiniteLossError as err:  # the step and the last finite loss, in one line
+        if debug():
+            raise
+        raise SystemExit(f"{experiment.name}.py: {err}") from err
 
 
 def compact_error(message: str, experiment: Experiment) -> str:

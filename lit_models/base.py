@@ -1,5 +1,6 @@
 """What every LightningModule of the suite shares: the optimiser and its schedule, the
-parameter count, the training speed, and the attention tags logged with each run."""
+parameter count, the training speed, the attention tags logged with each run, and the stop
+on a NaN or infinite training loss."""
 
 from __future__ import annotations
 
@@ -111,6 +112,23 @@ def set_random_states(states: dict) -> None:
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
 
 
+class NonFiniteLossError(RuntimeError):
+    """Training stopped on a NaN or infinite training loss (:meth:`AttnReproModule.
+    on_before_backward`).  The message is one line naming the step and the last finite loss,
+    e.g. ``training loss is nan at step 137 (last finite loss 2.4051 at step 136); ...``.
+    ``step`` is ``trainer.global_step`` (the optimiser steps taken before it: the step the
+    batch's ``train/loss`` is logged at), ``loss`` the value (None when another process's
+    loss was the one), ``last_finite`` (step, loss) or None."""
+
+    def __init__(self, loss: float | None, step: int, last_finite: tuple[int, float] | None):
+        self.loss, self.step, self.last_finite = loss, step, last_finite
+        what = "not finite in another process" if loss is None else str(loss)  # nan, inf, -inf
+        before = ("no finite loss before it in this run" if last_finite is None
+                  else f"last finite loss {last_finite[1]:.4f} at step {last_finite[0]}")
+        super().__init__(f"training loss is {what} at step {step} ({before}); training "
+                         "stopped before this step's backward pass and update")
+
+
 class AttnReproModule(L.LightningModule):
     """Base class.  Subclasses call ``super().__init__(lr=..., ...)`` with their optimiser
     settings and set ``self.mechanisms`` (name -> Mechanism) for the run's tags; their test
@@ -130,6 +148,7 @@ class AttnReproModule(L.LightningModule):
         self.mechanisms: dict[str, Mechanism] = {}
         self.means = torch.nn.ModuleDict()  # log_mean's metrics, by logged name
         self._prediction_rows: dict[int, list[dict]] = {}  # keep_predictions -> test files
+        self._last_finite_loss: tuple[int, float] | None = None  # (step, training loss)
 
     def log_mean(self, name: str, value: torch.Tensor, weight: int | float | torch.Tensor,
                  **kwargs) -> None:
@@ -254,6 +273,25 @@ class AttnReproModule(L.LightningModule):
         if speed["steps"] > 0:
             speed["seconds"] += time.perf_counter() - speed["start"]
             self.log("train/steps_per_second", speed["steps"] / speed["seconds"])
+
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        """Stops training with :class:`NonFiniteLossError` when the training loss is NaN or
+        infinite, before its backward pass (no optimiser step follows it: the weights stay
+        as the last step left them).  Every model's ``training_step`` returns its loss,
+        which Lightning's automatic optimisation hands here divided by
+        ``accumulate_grad_batches`` (and, with a gradient scaler, scaled): both undone for
+        the message.  Under DDP the processes decide together: had one stopped alone, the
+        others would fail in the gradient all-reduce without the message (measured with
+        gloo: "Connection closed by peer")."""
+        trainer, step = self.trainer, self.trainer.global_step
+        value = float(loss.detach()) * trainer.accumulate_grad_batches
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        if scaler is not None:
+            value /= float(scaler.get_scale())
+        finite = math.isfinite(value)
+        if trainer.strategy.reduce_boolean_decision(not finite, all=False):
+            raise NonFiniteLossError(None if finite else value, step, self._last_finite_loss)
+        self._last_finite_loss = (step, value)
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of the base learning rate after ``step`` optimiser steps."""

@@ -412,3 +412,17 @@ def test_a_bad_data_file_is_one_line_from_the_script(env, tmp_path):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"coda_mlu.py: {bad}:2: expected UTF-8 text, got \"b'x=1,y=2,x+y:3 \\\\xe9\\\\n'\"")
+
+
+def test_a_nan_training_loss_is_one_line_naming_the_step(env, tmp_path):
+    """Issue 16 item 6 at the command: a learning rate of 1e20 makes the first update blow
+    the weights up; the next step's loss is NaN and the run stops there, naming the step and
+    the last finite loss (the smoke config's first loss, seed 0)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "coda_mlu.py"), *MLU_SMOKE,
+                           "--model.lr", "1e20", "--run.wandb", "false"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "coda_mlu.py: training loss is nan at step 1 (last finite loss 4.1998 at step 0); "
+        "training stopped before this step's backward pass and update")
+    assert not list((tmp_path / "runs").rglob("*.ckpt"))  # nothing saved after the NaN
