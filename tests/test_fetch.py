@@ -169,6 +169,33 @@ def test_download_unpack_and_the_datamodule_reads_it(tmp_path, server, monkeypat
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_fit_downloads_before_the_argument_links_read_the_vocabulary(tmp_path, server,
+                                                                     monkeypatch):
+    """The command, not only ``fetch.prepare``: ``coda_nli.py fit`` with an empty data root
+    downloads SNLI once and trains (the bug: LightningCLI's links read the vocabulary, and
+    so the files, before Lightning calls ``prepare_data``, so an empty folder failed with
+    "... or let prepare_data fetch it" and was never filled)."""
+    from datamodules.nli import SNLIDataModule
+    from experiments import coda_nli
+
+    serve(monkeypatch, server, "snli", {"snli_1.0.zip": snli_zip()})
+    monkeypatch.setattr(SNLIDataModule, "url", server.url("snli_1.0.zip"))
+    monkeypatch.setenv("ATTNREPRO_DATA", str(tmp_path / "empty"))
+    monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
+    data = tmp_path / "snli.yaml"
+    data.write_text("data:\n  class_path: datamodules.nli.SNLIDataModule\n  init_args:\n"
+                    "    max_train_examples: 64\n    batch_size: 32\n")
+    config = Path(__file__).resolve().parents[1] / "experiments/configs/coda_nli/smoke.yaml"
+    coda_nli.EXPERIMENT.main(["fit", "--config", str(config), "--config", str(data),
+                              "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
+                              "--trainer.callbacks=[]", "--run.wandb", "false",
+                              "--run.name", "fetched"])
+    assert server.gets("snli_1.0.zip") == 1
+    assert (tmp_path / "empty" / "snli" / "snli_1.0" / "snli_1.0_train.jsonl").exists()
+    metrics = next((tmp_path / "runs").rglob("fetched/metrics.csv")).read_text()
+    assert "train/loss" in metrics  # it trained on the downloaded files
+
+
 # ----------------------------------------------------------------------------- (b)
 
 def test_checksum_mismatch_deletes_the_download(tmp_path, server, monkeypatch, capsys):
