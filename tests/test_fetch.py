@@ -395,3 +395,15 @@ def test_registry_matches_the_datamodules():
     for entry in DATASETS.values():  # every sha256 is 64 hex digits or None (unknown)
         for d in entry.downloads:
             assert d.sha256 is None or (len(d.sha256) == 64 and int(d.sha256, 16) >= 0)
+
+
+def test_the_progress_bar_shows_the_file_and_its_size(tmp_path, server, capsys):
+    """A download with ``progress`` (the default of ``fetch``'s command without --quiet)
+    draws tqdm's bar on stderr: the file's name and its total (a download this fast ends
+    before the bar's first redraw, so only its start shows); ``progress=False``: nothing."""
+    server.files["/big.bin"] = b"x" * 300_000
+    fetch.download_file(server.url("big.bin"), tmp_path / "big.bin", progress=True)
+    err = capsys.readouterr().err
+    assert "\rbig.bin:   0%|" in err and "/293k [" in err  # 300,000 B in 1024-based units
+    fetch.download_file(server.url("big.bin"), tmp_path / "quiet.bin", progress=False)
+    assert capsys.readouterr().err == ""
