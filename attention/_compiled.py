@@ -51,6 +51,26 @@ class Compiled:
         return self.fn(*args) if out is None else out
 
 
+def _cache_per_capability() -> None:
+    """Inductor's kernel cache, one per CPU capability: its cache keys do not include
+    ``ATEN_CPU_CAPABILITY``, so a kernel built for AVX-512 was reused by a process told to
+    use AVX2 (torch's switch for running as another machine would) and crashed (measured:
+    tests/test_coda.py::test_compiled_kernels_match_the_paper under ATEN_CPU_CAPABILITY=avx2
+    ended in a fatal error with the shared cache and passed with its own).  Only when
+    ``TORCHINDUCTOR_CACHE_DIR`` is not set; set, it is the user's choice.  Run when this
+    module is imported (by ``attention``): registering the mechanisms already has inductor
+    fix its folder."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default_cache_dir()}_{capability}"
+
+
+_cache_per_capability()  # at import: before anything asks inductor for its cache folder
+
+
 def _compile_errors() -> tuple[type[Exception], ...]:
     import torch._dynamo.exc
     import torch._inductor.exc
