@@ -23,7 +23,7 @@ from datamodules.imdb import IMDbDataModule  # noqa: F401 - config class_path
 from datamodules.sst import SSTDataModule  # noqa: F401 - config class_path
 from datamodules.sva import SVADataModule  # noqa: F401 - config class_path
 from datamodules.text import TextClassificationDataModule
-from experiments.runner import Cell, Experiment, Grid, dataset_config
+from experiments.runner import Cell, Experiment, Grid, cost_grid, dataset_config
 from lit_models.transformer import TransformerClassifier
 
 # row -> (the paper's name, attention flags); the grid config puts the attention in layer 1
@@ -74,26 +74,14 @@ EXPERIMENT = Experiment(
                    "updates; tokenisation, batch size and optimiser not stated (ours: see "
                    "the configs).",
         ),
-        "cost": Grid(
-            name="cost",
-            title="Training cost of the Table 5 classifier per mechanism, SST (DW Table 4's "
-                  "measure)",
-            metrics={"Params (M)": "hparams/n_parameters",
-                     "Steps/s": "train/steps_per_second",
-                     "Step MB": "train/step_memory_mb"},
-            scale=1.0,
-            scales={"Params (M)": 1e-6},
-            relative_to={"Steps/s": "sst-softmax", "Step MB": "sst-softmax"},
-            cells=[Cell(f"sst-{row}", dataset_config("sst") + flags)
-                   for row, flags in COST_ROWS.items()],
-            note="Steps/s: optimiser steps per second of training-step time (forward, "
-                 "backward, update; data loading excluded; lit_models/base.py); Step MB: the "
-                 "training loop's resident-set peak beyond what was in memory when it began "
-                 "(activations, gradients, temporaries). The paper reports cost for "
-                 "translation only (Table 4: its window model at 1.04 / 1.20 = 0.87x the "
-                 "Transformer's steps/s); the goal here: every mechanism at 0.87x of "
-                 "softmax's steps/s or better. Use --config speed, one run at a time.",
-        ),
+        "cost": cost_grid(
+            "Training cost of the Table 5 classifier per mechanism, SST (DW Table 4's measure)",
+            "sst-softmax", [Cell(f"sst-{row}", dataset_config("sst") + flags)
+                            for row, flags in COST_ROWS.items()],
+            note="The paper reports cost for translation only (Table 4: its window model at "
+                 "1.04 / 1.20 = 0.87x the Transformer's steps/s); the goal here: every "
+                 "mechanism at 0.87x of softmax's steps/s or better. Use --config speed, one "
+                 "run at a time."),
     },
 )
 

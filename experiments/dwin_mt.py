@@ -22,7 +22,7 @@ Tables 1, 3 and 4.
 
 from datamodules.translation import TranslationDataModule, WMT14DataModule  # noqa: F401 - config class_path
 from experiments.coda_mt import LINKS
-from experiments.runner import Cell, Experiment, Grid, dataset_config
+from experiments.runner import Cell, Experiment, Grid, cost_grid, dataset_config
 from lit_models.transformer import TransformerSeq2Seq
 
 PARTIAL = ["--model.attention_layers=3"]
@@ -168,27 +168,15 @@ EXPERIMENT = Experiment(
                  "Transformer row (paper: ours at 1.04 / 1.20 = 0.87x), not the values "
                  "(the paper's are on GPUs). " + BLEU_NOTE,
         ),
-        "cost": Grid(
-            name="cost",
-            title="Training cost of the translation model per mechanism, WMT'14 En-De (DW "
-                  "Table 4's measure)",
-            metrics={"Params (M)": "hparams/n_parameters",
-                     "Steps/s": "train/steps_per_second",
-                     "Step MB": "train/step_memory_mb"},
-            scale=1.0,
-            scales={"Params (M)": 1e-6},
-            relative_to={"Steps/s": "transformer", "Step MB": "transformer"},
-            cells=[Cell(name, dataset_config("en_de") + args)
-                   for name, args in COST_ROWS.items()],
+        "cost": cost_grid(
+            "Training cost of the translation model per mechanism, WMT'14 En-De (DW Table 4's "
+            "measure)", "transformer",
+            [Cell(name, dataset_config("en_de") + args) for name, args in COST_ROWS.items()],
             note="Rows: relative in both self-attentions (all layers); localness, MW and AW "
                  "in the encoder's lower 3 layers (as Table 1 places them); the paper's "
                  "Enc(AW)-Cr(AW,Seg)-Dec(MW); CoDA in every attention module (CoDA Table 4). "
-                 "Steps/s: optimiser steps per second of training-step time (forward, "
-                 "backward, update); Step MB: the training loop's resident-set peak beyond "
-                 "what was in memory when it began. Goal (issue 18): 0.87x of the "
-                 "Transformer's steps/s or better (the paper's window model: 1.04 / 1.20). "
-                 "Use --config speed, one run at a time.",
-        ),
+                 "Goal (issue 18): 0.87x of the Transformer's steps/s or better (the paper's "
+                 "window model: 1.04 / 1.20). Use --config speed, one run at a time."),
     },
 )
 

@@ -134,6 +134,26 @@ class Grid:
                          f"{', '.join(c.name for c in self.cells)}")
 
 
+#: what a cost grid's Steps/s and Step MB are (lit_models/base.py measures both)
+COST_NOTE = ("Steps/s: optimiser steps per second of training-step time (forward, backward, "
+             "update; data loading excluded; lit_models/base.py); Step MB: the training "
+             "loop's resident-set peak beyond what was in memory when it began (activations, "
+             "gradients, temporaries).")
+
+
+def cost_grid(title: str, baseline: str, cells: list[Cell], note: str = "") -> Grid:
+    """Grid ``cost``: DW Table 4's measure for each cell, parameters, training steps/s and
+    training-loop memory, the last two also relative to the ``baseline`` cell (issue 18).
+    Run it one cell at a time (--jobs 1), so no two runs share the cores."""
+    return Grid(name="cost", title=title,
+                metrics={"Params (M)": "hparams/n_parameters",
+                         "Steps/s": "train/steps_per_second",
+                         "Step MB": "train/step_memory_mb"},
+                cells=cells, scale=1.0, scales={"Params (M)": 1e-6},
+                relative_to={"Steps/s": baseline, "Step MB": baseline},
+                note=" ".join(filter(None, (COST_NOTE, note))))
+
+
 @dataclass
 class Experiment:
     """An experiment script: its LightningModule, DataModule, links between them, and the

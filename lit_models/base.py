@@ -163,6 +163,11 @@ class AttnReproModule(L.LightningModule):
         self.means[key].update(value.detach(), weight=weight)
         self.log(name, self.means[key], metric_attribute=f"means.{key}", **kwargs)
 
+    def _datamodule(self):
+        """The DataModule of the run this model is in (None outside a Trainer or without one):
+        where the predictions files find tokenizers, source texts and file lines."""
+        return getattr(self._trainer, "datamodule", None) if self._trainer else None
+
     # -- per-example test predictions (predictions-test[_<split>].jsonl in the run folder)
     def keep_predictions(self, rows: Iterable[dict], dataloader_idx: int = 0) -> None:
         """Keep this test batch's rows for :meth:`write_predictions`: one JSON-able dict per

@@ -568,7 +568,7 @@ class DecompAtt(AttnReproModule):
         split), ``line`` (in the split's file), ``gold``, ``prediction``, ``log_probs`` of
         every class and, for ranking, ``group`` and ``score`` = log p(relevant), the ranking
         key."""
-        datamodule = getattr(self.trainer, "datamodule", None)
+        datamodule = self._datamodule()
         splits = getattr(datamodule, "test_splits", None) or ()
         dataset = getattr(datamodule, "datasets", {}).get(splits[dataloader_idx]) \
             if dataloader_idx < len(splits) else None

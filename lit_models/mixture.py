@@ -193,17 +193,14 @@ class Mixture(DecompAtt):
         self.log("train/kl", terms.kl.mean(), **log)
         self.log("train/reinforce", terms.surrogate.mean(), **log)
         self.log("train/reward", terms.reward.mean(), **log)
-        self._log_routing("train", log_q.detach(), "", log)
+        log_q = log_q.detach()  # this batch's routing: mean entropy, entropy of the mean
+        self.log("train/q_entropy", entropy(log_q).mean(), **log)
+        self.log("train/routing_entropy", entropy(log_q.exp().mean(0).clamp_min(1e-30).log()),
+                 **log)
         self.log("train/baseline", torch.as_tensor(baseline, dtype=log_p.dtype).mean(), **log)
         for c, share in enumerate(torch.bincount(sample, minlength=self.n_members) / bsz):
             self.log(f"train/routed_member{c}", share, **log)
         return terms.loss
-
-    def _log_routing(self, stage: str, log_q: Tensor, suffix: str, log: dict) -> None:
-        self.log(f"{stage}/q_entropy{suffix}", entropy(log_q).mean(), **log)
-        mean_q = log_q.exp().mean(0)
-        self.log(f"{stage}/routing_entropy{suffix}", entropy(mean_q.clamp_min(1e-30).log()),
-                 **log)
 
     # -- evaluation: enumerate the members (DecompAtt._evaluate), plus the exact ELBO
     def exact_elbo(self, batch: dict[str, Tensor],

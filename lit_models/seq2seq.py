@@ -139,9 +139,6 @@ class Seq2SeqTask:
                          "score": round(float(hypotheses.scores[k]), 6)})
         return rows
 
-    def _datamodule(self):
-        return getattr(self._trainer, "datamodule", None) if self._trainer else None
-
     def validation_step(self, batch, batch_idx):
         self._evaluate(batch, "val")
 

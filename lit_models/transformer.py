@@ -186,8 +186,7 @@ def input_texts(model, batch) -> list:
     """Each example's input as the predictions file shows it: the words of its token ids
     (``batch["tokens"]`` where ``batch["mask"]``) by the DataModule's tokenizer, or the ids
     when the model runs without a DataModule that has one."""
-    datamodule = getattr(model._trainer, "datamodule", None) if model._trainer else None
-    tokenizer = getattr(datamodule, "tokenizer", None)
+    tokenizer = getattr(model._datamodule(), "tokenizer", None)
     rows = [ids[:n] for ids, n in zip(batch["tokens"].tolist(), batch["mask"].sum(1).tolist())]
     return [" ".join(tokenizer.decode(ids)) for ids in rows] if tokenizer else rows
 
