@@ -36,6 +36,7 @@ class Compiled:
             return None
         try:
             if self._compiled is None:
+                _cache_per_capability()
                 self._compiled = torch.compile(self.fn, dynamic=True)
             return self._compiled(*args)
         except Exception as err:
@@ -53,22 +54,30 @@ class Compiled:
 
 def _cache_per_capability() -> None:
     """Inductor's kernel cache, one per CPU capability: its cache keys do not include
-    ``ATEN_CPU_CAPABILITY``, so a kernel built for AVX-512 was reused by a process told to
-    use AVX2 (torch's switch for running as another machine would) and crashed (measured:
-    tests/test_coda.py::test_compiled_kernels_match_the_paper under ATEN_CPU_CAPABILITY=avx2
-    ended in a fatal error with the shared cache and passed with its own).  Only when
-    ``TORCHINDUCTOR_CACHE_DIR`` is not set; set, it is the user's choice.  Run when this
-    module is imported (by ``attention``): registering the mechanisms already has inductor
-    fix its folder."""
-    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
-        return
+    ``ATEN_CPU_CAPABILITY``, so a graph compiled under AVX-512 was served from the cache to a
+    process told to use AVX2 (torch's switch for running as another machine would).
+    Measured: tests/test_coda.py::test_compiled_kernels_match_the_paper under
+    ATEN_CPU_CAPABILITY=avx2 ended in a fatal error, and the CoDA MLU smoke fit gave a NaN
+    loss at step 0 (validation already NaN), on a cache filled by an AVX-512 run; each was
+    fine with a cache of its own.
+
+    Applies when ``TORCHINDUCTOR_CACHE_DIR`` is unset or holds inductor's default folder:
+    inductor writes its default into the variable whenever it first asks for its folder
+    (importing ``torch._dynamo``, as Lightning does, is enough), so "set to the default"
+    cannot be told from "never set".  Any other value is the user's choice and kept.  Run
+    when this module is imported and again before each first compile (:class:`Compiled`),
+    so that the order in which a script imports Lightning and :mod:`attention` does not
+    matter; inductor reads the variable each time it looks for a cached kernel."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
+    default = os.path.abspath(default_cache_dir())
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR", default) != default:
+        return
     capability = torch.backends.cpu.get_cpu_capability().lower()
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default_cache_dir()}_{capability}"
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default}_{capability}"
 
 
-_cache_per_capability()  # at import: before anything asks inductor for its cache folder
+_cache_per_capability()  # at import, and again before a first compile (Compiled.compiled)
 
 
 def _compile_errors() -> tuple[type[Exception], ...]:

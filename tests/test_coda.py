@@ -4,9 +4,14 @@ L1 term, and the mechanism in its three contexts."""
 
 from __future__ import annotations
 
+import getpass
 import importlib
 import itertools
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -313,6 +318,49 @@ def test_compiled_kernels_match_the_paper():
         out = impl._coda(q, k, v, need_weights=False)[0]
         out.sum().backward()
     assert max(e.cpu_memory_usage for e in prof.events()) < broadcast
+
+
+_CACHE_PROBE = """
+import os, sys
+import torch
+from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+
+default = os.path.abspath(default_cache_dir())
+cache_dir()  # what importing torch._dynamo (Lightning) does first: the default, written
+assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == default
+from attention import _compiled
+
+mine = default + "_" + torch.backends.cpu.get_cpu_capability().lower()
+assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == mine, os.environ["TORCHINDUCTOR_CACHE_DIR"]
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = default  # written again after the import
+kernel = _compiled.Compiled(lambda x: (x * 2).sin())
+x = torch.arange(5.0)
+assert torch.equal(kernel(x), (x * 2).sin()) and not kernel.failed
+assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == mine
+assert os.listdir(mine), "the compiled kernel is not in the capability's cache"
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = "/elsewhere"  # the user's own: kept
+_compiled._cache_per_capability()
+assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/elsewhere"
+print("ok")
+"""
+
+
+def test_inductor_keeps_one_kernel_cache_per_cpu_capability(tmp_path):
+    """Inductor's cache keys omit ATEN_CPU_CAPABILITY: a CoDA MLU smoke fit under
+    ATEN_CPU_CAPABILITY=avx2 on a cache an AVX-512 run had filled gave a NaN loss at step 0.
+    The cache folder is one per capability whatever the import order (inductor writes its
+    default into TORCHINDUCTOR_CACHE_DIR when first asked, as importing Lightning does),
+    checked again before each first compile; a folder the user chose is kept."""
+    if not compiled.COMPILE:
+        pytest.skip("ATTNREPRO_COMPILE=0")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env.update(TMPDIR=str(tmp_path), ATEN_CPU_CAPABILITY="default")
+    done = subprocess.run([sys.executable, "-c", _CACHE_PROBE], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    shared = tmp_path / f"torchinductor_{getpass.getuser()}"
+    kernels = [p for p in shared.rglob("*") if p.suffix in (".so", ".py", ".cpp")]
+    assert not kernels, f"kernels in the shared cache: {kernels}"
 
 
 def test_compiled_kernels_serve_every_shape_without_recompiling():
