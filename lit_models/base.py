@@ -114,18 +114,22 @@ def set_random_states(states: dict) -> None:
 
 class NonFiniteLossError(RuntimeError):
     """Training stopped on a NaN or infinite training loss (:meth:`AttnReproModule.
-    on_before_backward`).  The message is one line naming the step and the last finite loss,
-    e.g. ``training loss is nan at step 137 (last finite loss 2.4051 at step 136); ...``.
-    ``step`` is ``trainer.global_step`` (the optimiser steps taken before it: the step the
-    batch's ``train/loss`` is logged at), ``loss`` the value (None when another process's
-    loss was the one), ``last_finite`` (step, loss) or None."""
+    on_before_backward`), or on another non-finite quantity a model checks before its loss
+    exists (:meth:`AttnReproModule.stop_if_not_finite`: the latent mixture's routing
+    distribution and reward).  The message is one line naming the quantity, the step and the
+    last finite loss, e.g. ``training loss is nan at step 137 (last finite loss 2.4051 at
+    step 136); ...``.  ``step`` is ``trainer.global_step`` (the optimiser steps taken before
+    it: the step the batch's ``train/loss`` is logged at), ``loss`` the value (None when
+    another process's was the one), ``last_finite`` (step, loss) or None, ``what`` the
+    quantity."""
 
-    def __init__(self, loss: float | None, step: int, last_finite: tuple[int, float] | None):
-        self.loss, self.step, self.last_finite = loss, step, last_finite
-        what = "not finite in another process" if loss is None else str(loss)  # nan, inf, -inf
+    def __init__(self, loss: float | None, step: int, last_finite: tuple[int, float] | None,
+                 what: str = "training loss"):
+        self.loss, self.step, self.last_finite, self.what = loss, step, last_finite, what
+        value = "not finite in another process" if loss is None else str(loss)  # nan, inf
         before = ("no finite loss before it in this run" if last_finite is None
                   else f"last finite loss {last_finite[1]:.4f} at step {last_finite[0]}")
-        super().__init__(f"training loss is {what} at step {step} ({before}); training "
+        super().__init__(f"{what} is {value} at step {step} ({before}); training "
                          "stopped before this step's backward pass and update")
 
 
@@ -285,18 +289,33 @@ class AttnReproModule(L.LightningModule):
         as the last step left them).  Every model's ``training_step`` returns its loss,
         which Lightning's automatic optimisation hands here divided by
         ``accumulate_grad_batches`` (and, with a gradient scaler, scaled): both undone for
-        the message.  Under DDP the processes decide together: had one stopped alone, the
-        others would fail in the gradient all-reduce without the message (measured with
-        gloo: "Connection closed by peer")."""
+        the message.  Under DDP the processes decide together."""
         trainer, step = self.trainer, self.trainer.global_step
         value = float(loss.detach()) * trainer.accumulate_grad_batches
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         if scaler is not None:
             value /= float(scaler.get_scale())
-        finite = math.isfinite(value)
-        if trainer.strategy.reduce_boolean_decision(not finite, all=False):
-            raise NonFiniteLossError(None if finite else value, step, self._last_finite_loss)
+        self._stop_unless(math.isfinite(value), value, "training loss")
         self._last_finite_loss = (step, value)
+
+    def stop_if_not_finite(self, x: torch.Tensor, what: str) -> None:
+        """Stops training with :class:`NonFiniteLossError` naming ``what`` if ``x`` holds a
+        NaN or an infinity: for a quantity a training step needs before its loss exists
+        (the latent mixture samples from its routing distribution, which ``torch.
+        multinomial`` refuses with a bare error when it is NaN) or that would carry a NaN
+        past the step (its moving-average baseline).  The message gives the first
+        non-finite value; under DDP the processes decide together."""
+        bad = ~torch.isfinite(x.detach())
+        finite = not bool(bad.any())
+        self._stop_unless(finite, None if finite else float(x.detach()[bad][0]), what)
+
+    def _stop_unless(self, finite: bool, value: float | None, what: str) -> None:
+        """Raise :class:`NonFiniteLossError` in every process if any process is not
+        ``finite`` (had one stopped alone, the others would fail in the gradient all-reduce
+        without the message; measured with gloo: "Connection closed by peer")."""
+        if self.trainer.strategy.reduce_boolean_decision(not finite, all=False):
+            raise NonFiniteLossError(None if finite else value, self.trainer.global_step,
+                                     self._last_finite_loss, what)
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of the base learning rate after ``step`` optimiser steps."""

@@ -182,8 +182,11 @@ class Mixture(DecompAtt):
             return super().training_step(batch, batch_idx)
         bsz = batch["label"].shape[0]
         log_q = self.routing_log_probs(batch)  # (B,K)
+        self.stop_if_not_finite(log_q, "routing distribution log q(c | y, a, b)")
         sample = torch.multinomial(log_q.detach().exp(), 1).squeeze(-1)  # c ~ q (B,)
         log_p, correct = self.sampled_log_likelihood(batch, sample)
+        if self.baseline == "ema":  # before the moving average takes it in
+            self.stop_if_not_finite(log_p, "reward log p(y | a, b; theta_c)")
         baseline = self.reward_baseline(log_p.detach())
         terms = latent_objective(log_q, sample, log_p, baseline)
         log = dict(batch_size=bsz)

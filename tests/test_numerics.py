@@ -17,12 +17,18 @@ and a NaN or infinite training loss stops training with one clear line.
     called inside the autocast region, and in a model cast to bfloat16.
 (c) A NaN or infinite training loss stops ``Trainer.fit`` with
     lit_models.base.NonFiniteLossError, naming the step and the last finite loss, for every
-    model; a finite run is unchanged by the check.
+    model, also when one of two DDP processes has it; the latent mixture's routing
+    distribution and reward, needed before its loss exists, are checked the same way; a
+    finite run is unchanged by the check.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -318,6 +324,50 @@ def test_a_nan_training_loss_stops_training_naming_the_step(name):
     assert fit.global_step == 3  # no update from the NaN step
 
 
+class PoisonRouting(L.Callback):
+    """Sets the latent mixture's routing network (the inference network of q) to NaN before
+    the batch of step ``at``; keeps the losses handed to backward by step."""
+
+    def __init__(self, at: int):
+        self.at, self.losses = at, {}
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if trainer.global_step == self.at:
+            with torch.no_grad():
+                for p in module.inference.parameters():
+                    p.fill_(float("nan"))
+
+    def on_before_backward(self, trainer, module, loss):
+        self.losses[trainer.global_step] = float(loss)
+
+
+def test_a_nan_routing_distribution_stops_the_latent_mixture_before_sampling():
+    """q is sampled before any loss exists: a NaN q stops training with the one-line
+    message naming q (torch.multinomial raised "probability tensor contains either inf, nan
+    or element < 0", naming nothing)."""
+    poison = PoisonRouting(at=3)
+    fit = trainer(max_steps=6, callbacks=[poison])
+    model = Mixture(mode="latent", k=2, vocab_size=10, hidden=4, dropout=0.0)
+    with pytest.raises(NonFiniteLossError) as stop:
+        fit.fit(model, loader(nli_batch(), 6))
+    assert str(stop.value) == stopped("nan", 3, poison.losses[2]).replace(
+        "training loss", "routing distribution log q(c | y, a, b)")
+    assert fit.global_step == 3
+
+
+def test_the_moving_average_baseline_never_takes_a_nan_reward():
+    """With the "ema" baseline a NaN reward (members poisoned) stops training before the
+    moving average takes it in: the baseline a resumed run starts from is still finite."""
+    poison = PoisonWeights(at=3)
+    fit = trainer(max_steps=6, callbacks=[poison])
+    model = Mixture(mode="latent", k=2, vocab_size=10, hidden=4, dropout=0.0, baseline="ema")
+    with pytest.raises(NonFiniteLossError) as stop:
+        fit.fit(model, loader(nli_batch(), 6))
+    assert str(stop.value) == stopped("nan", 3, poison.losses[2]).replace(
+        "training loss", "reward log p(y | a, b; theta_c)")
+    assert torch.isfinite(model.reward_ema).all() and int(model.reward_ema_steps) == 3
+
+
 def test_an_infinite_loss_with_gradient_accumulation():
     """The message gives the loss training_step returned (Lightning hands backward the loss
     divided by accumulate_grad_batches); steps count optimiser steps."""
@@ -334,6 +384,59 @@ def test_an_infinite_loss_with_gradient_accumulation():
     with pytest.raises(NonFiniteLossError, match="^training loss is inf at step 2 ") as stop:
         fit.fit(model, loader(classifier_batch(), 10))
     assert str(stop.value) == stopped("inf", 2, returned[3])
+
+
+_DDP_STOP = """
+import sys
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+from lit_models.base import NonFiniteLossError
+from tests.test_numerics import classifier_batch
+from tests.test_transformer_classifier_lm import classifier
+
+
+model = classifier()
+original = model.training_step
+
+
+def training_step(batch, batch_idx):
+    loss = original(batch, batch_idx)
+    rank = model.trainer.global_rank
+    return loss * float("nan") if (rank, model.trainer.global_step) == (1, 2) else loss
+
+
+model.training_step = training_step
+fit = L.Trainer(max_steps=5, strategy="ddp", devices=2, accelerator="cpu", logger=False,
+                enable_checkpointing=False, enable_progress_bar=False,
+                enable_model_summary=False, num_sanity_val_steps=0)
+try:
+    fit.fit(model, DataLoader([classifier_batch()] * 10, batch_size=None))
+except NonFiniteLossError as err:
+    message = str(err)
+else:
+    message = "not stopped"
+with open(f"{sys.argv[1]}/rank{fit.global_rank}.txt", "w") as out:
+    out.write(f"{message}\\nsteps {fit.global_step}\\n")
+"""
+
+
+def test_under_ddp_both_processes_stop_on_one_processs_nan(tmp_path):
+    """DDP, 2 gloo processes, a NaN loss in process 1 only: both stop at that step with the
+    message (process 0: "not finite in another process"), no update; neither hangs in the
+    gradient all-reduce."""
+    script = tmp_path / "ddp_stop.py"
+    script.write_text(_DDP_STOP)
+    root = Path(__file__).parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rank0, rank1 = ((tmp_path / f"rank{r}.txt").read_text().splitlines() for r in (0, 1))
+    assert rank0[0].startswith("training loss is not finite in another process at step 2 "
+                               "(last finite loss ")
+    assert rank1[0].startswith("training loss is nan at step 2 (last finite loss ")
+    assert rank0[1] == rank1[1] == "steps 2"  # no update from step 2
 
 
 def test_a_finite_run_is_unchanged_by_the_check(monkeypatch):
