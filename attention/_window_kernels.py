@@ -158,13 +158,18 @@ class Tile(NamedTuple):
     rows: slice
 
 
-def tiles(n: int, lq: int, lk: int, element_size: int) -> list[Tile]:
+def tiles(n: int, lq: int, lk: int, element_size: int, heads: int = 1) -> list[Tile]:
     """Tiles of about BLOCK_BYTES: whole rows of as many matrices as fit (larger matmuls
     than a few rows of every matrix), else blocks of rows of two matrices (a compiled kernel
-    never sees a tile of one matrix, a size 1)."""
+    never sees a tile of one matrix, a size 1).  A tile of whole matrices holds a multiple
+    of ``heads`` of them where at least that many fit, starting at a multiple: all heads of
+    some batch entries (:meth:`Rows.boundary_rows` then multiplies by the per-head boundary
+    weights in one product per head)."""
     per_tile = max(1, BLOCK_BYTES // (element_size * max(1, lk)))  # rows of scores
     rows = min(max(1, lq), max(1, per_tile // min(n, 2)))
     matrices = min(max(1, n), max(1, per_tile // rows))
+    if rows == lq and heads > 1 and matrices >= heads and n % heads == 0:
+        matrices -= matrices % heads
     out: list[Tile] = []
     for n0 in range(0, n, matrices):
         for i0 in range(0, lq, rows):
@@ -221,17 +226,56 @@ class Rows:
         self.x, self.opt = x, opt
         n, lq, lk = x.q.shape[0], x.q.shape[1], x.k.shape[1]
         self.masks = MaskTiles(mask, opt.batch, n, lq, lk)
-        self.tiles = tiles(n, lq, lk, x.q.element_size())
+        heads = 1 if x.w is None else x.w.shape[1]
+        self.tiles = tiles(n, lq, lk, x.q.element_size(), heads)
         self.start = self.end = None
         if opt.segment_size > 1:
             j = torch.arange(lk, device=x.q.device)
             self.start = j - j % opt.segment_size
             self.end = (self.start + opt.segment_size - 1).clamp(max=lk - 1)
         self.w = None
-        if x.w is not None:  # (2, H, d, e) -> (N, d, 2e): [W_l | W_r] of each flattened head
-            heads, d, e = x.w.shape[1:]
-            self.w = (x.w.permute(1, 2, 0, 3).reshape(1, heads, d, 2 * e)
-                      .expand(n // heads, heads, d, 2 * e).reshape(n, d, 2 * e))
+        if x.w is not None:  # (2, H, d, e) -> (H, d, 2e): [W_l | W_r] of each head
+            d, e = x.w.shape[2:]
+            self.w = x.w.permute(1, 2, 0, 3).reshape(heads, d, 2 * e)
+
+    def _heads(self, n: slice) -> Tensor | None:
+        """The head of each flattened matrix of ``n`` (N = B * H, head-minor), or None when
+        the slice holds whole groups of H (then viewed as (b, H, ...))."""
+        heads = self.w.shape[0]
+        if (n.stop - n.start) % heads == 0 and n.start % heads == 0:
+            return None
+        return torch.arange(n.start, n.stop, device=self.w.device) % heads
+
+    def boundary_rows(self, t: Tile) -> Tensor:
+        """q W = [q W_l | q W_r] (n, r, 2e) of a tile's query rows (``paper`` boundaries):
+        one product per head over all the tile's rows of that head, or per matrix."""
+        q, heads = self.x.q[t.n, t.rows], self.w.shape[0]
+        index = self._heads(t.n)
+        if index is None:
+            b, r, d = q.shape[0] // heads, q.shape[1], q.shape[2]
+            return torch.einsum("bhrd,hde->bhre", q.view(b, heads, r, d),
+                                self.w).reshape(q.shape[0], r, -1)
+        return q @ self.w[index]
+
+    def boundary_grads(self, t: Tile, d_lr: Tensor, g: Grads) -> Tensor | None:
+        """From dL/d(q W) (n, r, 2e) of a tile: add dL/dW to ``g.w`` (H, d, 2e) and return
+        dL/dq's share (n, r, d), or None if q needs none."""
+        q, heads = self.x.q[t.n, t.rows], self.w.shape[0]
+        index = self._heads(t.n)
+        gq = None
+        if index is None:
+            b, r, d = q.shape[0] // heads, q.shape[1], q.shape[2]
+            d4 = d_lr.view(b, heads, r, -1)
+            if g.w is not None:
+                g.w.add_(torch.einsum("bhrd,bhre->hde", q.view(b, heads, r, d), d4))
+            if g.q is not None:
+                gq = torch.einsum("bhre,hde->bhrd", d4, self.w).reshape(q.shape)
+            return gq
+        if g.w is not None:
+            g.w.index_add_(0, index, q.transpose(1, 2) @ d_lr)
+        if g.q is not None:
+            gq = d_lr @ self.w[index].transpose(1, 2)
+        return gq
 
     def boundary_scale(self, mb: Tensor | None) -> Tensor | float:
         """The boundary scores' multiplier for the tile's rows: a float or (n, r, 1)."""
@@ -248,7 +292,7 @@ class Rows:
         # (contiguous k^T: a transposed view makes the batched matmul about 2x slower)
         kt = _t(x.k[n])
         if self.w is not None:  # paper: [q; q W_l s; q W_r s] k^T in one matmul
-            lr = (x.q[n, rows] @ self.w[n]) * s  # (n, r, 2e)
+            lr = self.boundary_rows(t) * s  # (n, r, 2e)
             e = lr.shape[-1] // 2
             ls, rs = lr[..., :e], lr[..., e:]
             both = torch.cat([qs, ls, rs], 1) @ kt  # (n, 3r, Lk)
@@ -313,10 +357,9 @@ class Rows:
                 g.k[n].baddbmm_(dsl.transpose(1, 2), c.ls).baddbmm_(dsr.transpose(1, 2), c.rs)
             if g.q is not None or g.w is not None:
                 d_lr = torch.cat([dsl @ k, dsr @ k], -1) * c.scale  # dL/d(q W) (n, r, 2e)
-                if g.q is not None:
-                    gq.baddbmm_(d_lr, self.w[n].transpose(1, 2))
-                if g.w is not None:
-                    g.w[n].baddbmm_(x.q[n, rows].transpose(1, 2), d_lr)
+                share = self.boundary_grads(t, d_lr, g)
+                if share is not None:
+                    gq += share
         else:
             for dsb, side_k, grad_q, grad_k, scaled in (
                     (dsl, x.lk, g.lq, g.lk, c.ls), (dsr, x.rk, g.rq, g.rk, c.rs)):
@@ -340,9 +383,9 @@ class Grads:
         self.q, self.k, self.v, self.w, self.lq, self.lk, self.rq, self.rk, self.cq, \
             self.ck = (None if t is None or not need else torch.zeros_like(t)
                        for t, need in zip(x, needs, strict=True))
-        if self.w is not None:  # accumulated per flattened head: (N, d, 2e)
-            n, d, e = x.q.shape[0], x.w.shape[2], x.w.shape[3]
-            self.w = x.q.new_zeros(n, d, 2 * e)
+        if self.w is not None:  # accumulated per head: (H, d, 2e)
+            heads, d, e = x.w.shape[1:]
+            self.w = x.q.new_zeros(heads, d, 2 * e)
 
 
 class WindowAttention(torch.autograd.Function):
@@ -379,9 +422,9 @@ class WindowAttention(torch.autograd.Function):
             for t in rows.tiles:
                 rows.backward(t, g, seed, g_out, g_weights)
         gw = None
-        if g.w is not None:  # (N, d, 2e) -> (2, H, d, e)
+        if g.w is not None:  # (H, d, 2e) -> (2, H, d, e)
             heads, d, e = x.w.shape[1:]
-            gw = g.w.view(-1, heads, d, 2, e).sum(0).permute(2, 0, 1, 3).contiguous()
+            gw = g.w.view(heads, d, 2, e).permute(2, 0, 1, 3).contiguous()
         return None, None, g.q, g.k, g.v, gw, g.lq, g.lk, g.rq, g.rk, g.cq, g.ck
 
 

@@ -94,6 +94,29 @@ def test_nli_step_benchmark_times_every_model_against_vanilla(shared):
     assert all(r["steps"] == 3 and r["step_ms"] > 0 for r in rows)
 
 
+def test_model_cost_benchmark_interleaves_every_mechanism_against_softmax(shared):
+    """benchmarks.model_cost on tiny sizes: every mechanism of the cost grid timed on the
+    same SST batches, softmax's ratio 1 with a zero-width interval, each interval around its
+    ratio; a bad mechanism list is one line naming the valid ones."""
+    shared("sst_ptb")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.model_cost", "--json", "--rounds",
+                           "2", "--steps", "2", "--warmup", "1", "--d-model", "16",
+                           "--threads", "1"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["mechanism"] for r in rows] == ["softmax", "relative", "localness", "window-mw",
+                                              "window-aw", "coda"]
+    assert rows[0]["ratio_vs_softmax"] == rows[0]["ratio_low"] == rows[0]["ratio_high"] == 1.0
+    for r in rows:
+        assert r["steps"] == 4 and r["steps_per_s"] > 0  # 2 rounds x 2 batches
+        assert r["ratio_low"] <= r["ratio_vs_softmax"] <= r["ratio_high"]
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.model_cost", "--mechanisms",
+                          "window-aw,nope"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode != 0 and "--mechanisms must include 'softmax'" in bad.stderr
+
+
 def test_decoding_benchmark_times_cached_against_full_decoding(tmp_path):
     """benchmarks.decoding on tiny sizes: greedy and beam 4, each cached and re-forwarded,
     ratios against cached greedy of the same run, the markdown section appended."""

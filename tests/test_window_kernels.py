@@ -117,6 +117,36 @@ def test_fused_equals_plain_other_tiles(opts, tile_bytes, monkeypatch):
 
 
 @pytest.mark.usefixtures("eager")
+@pytest.mark.usefixtures("eager")
+@pytest.mark.parametrize("tile_bytes, grouped", [(8 * 7 * 7 * 6, True), (8 * 7 * 3, False),
+                                                 (8 * 7 * 7 * 3, False)],
+                         ids=["whole-heads", "row-blocks", "three-matrices"])
+@pytest.mark.parametrize("variant", ["aw", "mw"])
+def test_paper_boundaries_per_head_and_per_matrix(variant, tile_bytes, grouped, monkeypatch):
+    """The ``paper`` boundary weights multiply a tile's rows once per head when the tile
+    holds all heads of some batch entries (4 heads: tiles of 4 of 6 fitting matrices), else
+    per matrix (blocks of rows of three matrices; tiles of three whole matrices): both give the
+    plain path's values and gradients, dL/dW summed over the batch."""
+    monkeypatch.setattr(kernels, "BLOCK_BYTES", tile_bytes)
+    heads, b = 4, 3
+    seen = []
+    original = kernels.Rows._heads
+
+    def spy(self, n):
+        index = original(self, n)
+        seen.append(index is None)
+        return index
+
+    monkeypatch.setattr(kernels.Rows, "_heads", spy)
+    core = make(dict(variant=variant), d_model=16, heads=heads)
+    tensors, key_mask = inputs(7, 7, torch.float64, d_model=16, heads=heads, b=b)
+    assert_same(core, tensors, key_mask, False, need_weights=True)
+    assert seen and all(seen) == grouped and any(seen) == grouped
+    if grouped:
+        tiles = kernels.tiles(b * heads, 7, 7, 8, heads)
+        assert [t.n.stop - t.n.start for t in tiles] == [4, 4, 4]
+
+
 @pytest.mark.parametrize("opts", [dict(), dict(variant="mw"),
                                   dict(boundary="authors", segment_size=2),
                                   dict(variant="mw", boundary_scale="length", segment_size=3)],
