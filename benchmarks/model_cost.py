@@ -32,6 +32,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from benchmarks import choose
 from datamodules.sst import SSTDataModule
 from lit_models.transformer import TransformerClassifier
 
@@ -142,11 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-dir", default=None, help="SST folder (default ../shared/data)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    names = [n.strip() for n in args.mechanisms.split(",")]
-    unknown = [n for n in names if n not in MECHANISMS]
-    if unknown or "softmax" not in names:
-        p.error(f"--mechanisms must include 'softmax' (the baseline) and only "
-                f"{list(MECHANISMS)}; got {names}")
+    names = choose(p, "--mechanisms", args.mechanisms, MECHANISMS, "softmax")
     if min(args.rounds, args.steps) < 1 or args.warmup < 0:
         p.error("--rounds and --steps must be at least 1, --warmup at least 0")
     torch.set_num_threads(args.threads)

@@ -25,6 +25,7 @@ import warnings
 import lightning as L
 import torch
 
+from benchmarks import choose
 from datamodules.nli import SNLIDataModule
 from lit_models.decomp_att import DecompAtt
 from lit_models.mixture import Mixture
@@ -75,11 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-dir", default=None, help="SNLI folder (default ../shared/data/snli)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    names = [n.strip() for n in args.models.split(",")]
-    unknown = [n for n in names if n not in MODELS]
-    if unknown or "vanilla" not in names:
-        p.error(f"--models must include 'vanilla' (the baseline) and only {list(MODELS)}; "
-                f"got {names}")
+    names = choose(p, "--models", args.models, MODELS, "vanilla")
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", message=".*(LeafSpec|does not have many workers).*")
     data = SNLIDataModule(data_dir=args.data_dir, train_file="snli_1.0_dev.first1288.jsonl",
