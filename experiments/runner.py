@@ -529,15 +529,72 @@ def runs_root() -> Path:
 
 
 def wandb_mode() -> str:
-    """online only when an API key is configured; never blocks for lack of network."""
+    """``WANDB_MODE`` if set (``disabled``: W&B writes nothing); else online only when an API
+    key is configured for the W&B server and the server answers, otherwise offline (the run
+    folder keeps the offline run; ``wandb sync`` uploads it later): a run never waits for
+    the network or fails for lack of it (measured with wandb 0.31, a key and no network: an
+    online ``wandb.init`` waited 101 s and then failed with a CommError)."""
     if os.environ.get("WANDB_MODE"):
         return os.environ["WANDB_MODE"]
-    if os.environ.get("WANDB_API_KEY"):
+    host = wandb_host()
+    if not (os.environ.get("WANDB_API_KEY") or _netrc_has(host)):
+        return "offline"
+    if _reachable(host):
         return "online"
-    netrc = Path.home() / ".netrc"
-    if netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
-        return "online"
+    if not _WARNED_OFFLINE:
+        _WARNED_OFFLINE.append(host)
+        print(f"W&B: {host} is not reachable: logging offline under the run folder "
+              "(upload later with `wandb sync`)", file=sys.stderr)
     return "offline"
+
+
+_WARNED_OFFLINE: list[str] = []
+
+
+def wandb_host() -> str:
+    """The W&B server a run would talk to, as W&B itself resolves it: ``WANDB_BASE_URL``, else
+    the host saved by ``wandb login --host`` (its settings file), else its default (which
+    changes between W&B releases: api.wandb.ai before, api.forge.coreweave.com in 0.31)."""
+    try:
+        import wandb
+
+        settings = wandb.Settings(quiet=True)  # W&B's own start prints the files it reads
+        settings.update_from_env_vars(dict(os.environ))
+        if settings.settings_system is None:  # wandb.setup() sets it; not started here
+            config = os.environ.get("WANDB_CONFIG_DIR") or Path.home() / ".config" / "wandb"
+            settings.settings_system = str(Path(config) / "settings")
+        settings.update_from_system_settings()
+        settings.update_from_env_vars(dict(os.environ))  # the variables win over the files
+        return str(settings.base_url)
+    except Exception:  # a W&B release without these methods: the documented variable
+        return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+
+
+def _netrc_has(url: str) -> bool:
+    """Whether the netrc file W&B reads (``$NETRC`` or ~/.netrc) holds a key for the server of
+    ``url`` (where ``wandb login`` saves it)."""
+    import netrc
+    from urllib.parse import urlparse
+
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        return netrc.netrc(str(path)).authenticators(urlparse(url).hostname or "") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def _reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the server of ``url`` opens within ``timeout`` s."""
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parsed.hostname or "", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def run_cli(experiment: Experiment, argv: list[str] | None):

@@ -312,9 +312,14 @@ class AttnReproModule(L.LightningModule):
     def _stop_unless(self, finite: bool, value: float | None, what: str) -> None:
         """Raise :class:`NonFiniteLossError` in every process if any process is not
         ``finite`` (had one stopped alone, the others would fail in the gradient all-reduce
-        without the message; measured with gloo: "Connection closed by peer")."""
-        if self.trainer.strategy.reduce_boolean_decision(not finite, all=False):
-            raise NonFiniteLossError(None if finite else value, self.trainer.global_step,
+        without the message; measured with gloo: "Connection closed by peer").  A module
+        used without a trainer (a training step called by hand) decides alone, at step 0."""
+        trainer = self._trainer
+        stop = (not finite if trainer is None
+                else trainer.strategy.reduce_boolean_decision(not finite, all=False))
+        if stop:
+            raise NonFiniteLossError(None if finite else value,
+                                     0 if trainer is None else trainer.global_step,
                                      self._last_finite_loss, what)
 
     def lr_factor(self, step: int) -> float:

@@ -163,3 +163,74 @@ def test_report_reads_hyperparameters_and_scales_each_column(tmp_path, monkeypat
     (ours / "metrics.csv").write_text("step,train/steps_per_second\n9,2.0\n")
     rows = format_report(experiment, grid, "smoke").splitlines()
     assert "| ours | - | not run | - | 2.00 (n=1) | - | 0.80x | - | - |" in rows
+
+
+def test_wandb_disabled_writes_nothing(env, tmp_path):
+    """WANDB_MODE=disabled: the run trains and logs its CSV, and no W&B file is written."""
+    env = dict(env, WANDB_MODE="disabled")
+    run(SCRIPT, ["fit", "--config", str(SMOKE), "--trainer.max_steps", "4",
+                 "--trainer.log_every_n_steps", "2", "--run.group", "off", "--run.name", "one"],
+        env)
+    run_dir = tmp_path / "runs" / "coda_mlu" / "off" / "one"
+    assert last_values(run_dir / "metrics.csv")["train/loss"] > 0
+    written = [p for p in tmp_path.rglob("*") if "wandb" in p.name.lower()]
+    assert not written, written
+
+
+def test_wandb_never_waits_for_the_network(monkeypatch, tmp_path, capsys):
+    """Online only with an API key for the W&B server and a server that answers; else
+    offline, said once; an explicit WANDB_MODE is kept; no key: no connection is tried."""
+    from experiments import runner
+
+    reachable = runner._reachable
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no ~/.config/wandb/settings
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_CONFIG_DIR", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(runner, "_WARNED_OFFLINE", [])
+    asked: list[str] = []
+
+    def never(url, timeout=3.0):
+        raise AssertionError("no key: no connection should be tried")
+
+    monkeypatch.setattr(runner, "_reachable", never)
+    assert runner.wandb_mode() == "offline"
+    # the server W&B would use: its default, the host `wandb login --host` saved, the variable
+    default = runner.wandb_host()
+    assert default.startswith("https://api.")
+    settings = tmp_path / ".config" / "wandb" / "settings"
+    settings.parent.mkdir(parents=True)
+    settings.write_text("[default]\nbase_url = http://wandb.example:8080\n")
+    assert runner.wandb_host() == "http://wandb.example:8080"
+    monkeypatch.setenv("WANDB_BASE_URL", "http://wandb.test:8081")
+    assert runner.wandb_host() == "http://wandb.test:8081"
+
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setattr(runner, "_reachable", lambda url, timeout=3.0: asked.append(url))
+    assert runner.wandb_mode() == "offline" and runner.wandb_mode() == "offline"
+    assert asked == ["http://wandb.test:8081"] * 2
+    assert capsys.readouterr().err.splitlines() == [
+        "W&B: http://wandb.test:8081 is not reachable: logging offline under the run folder "
+        "(upload later with `wandb sync`)"]
+    monkeypatch.setattr(runner, "_reachable", lambda url, timeout=3.0: True)
+    assert runner.wandb_mode() == "online"
+    # a key saved by `wandb login` in ~/.netrc counts for its own host only
+    monkeypatch.delenv("WANDB_API_KEY")
+    (tmp_path / ".netrc").write_text("machine wandb.test\n  login user\n  password " + "k" * 40
+                                     + "\n")
+    assert runner.wandb_mode() == "online"
+    monkeypatch.setenv("WANDB_BASE_URL", "http://other.test:8081")
+    monkeypatch.setattr(runner, "_reachable", never)
+    assert runner.wandb_mode() == "offline"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert runner.wandb_mode() == "disabled"
+    # the check itself: a closed local port answers at once, unreachable
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert reachable(f"http://127.0.0.1:{port}", timeout=2.0) is False
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        assert reachable(f"http://127.0.0.1:{server.getsockname()[1]}") is True

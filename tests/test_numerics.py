@@ -355,6 +355,20 @@ def test_a_nan_routing_distribution_stops_the_latent_mixture_before_sampling():
     assert fit.global_step == 3
 
 
+def test_a_training_step_called_without_a_trainer_checks_alone():
+    """A training step called by hand (no trainer: tests, notebooks) trains on finite values
+    and stops on a NaN q by itself (it asked the absent trainer's strategy and failed with
+    "Mixture is not attached to a `Trainer`" on every call)."""
+    model = Mixture(mode="latent", k=2, vocab_size=10, hidden=4, dropout=0.0)
+    model.log = lambda *args, **kwargs: None
+    assert torch.isfinite(model.training_step(nli_batch(), 0))
+    with torch.no_grad():
+        for p in model.inference.parameters():
+            p.fill_(float("nan"))
+    with pytest.raises(NonFiniteLossError, match=r"routing distribution .* is nan at step 0"):
+        model.training_step(nli_batch(), 1)
+
+
 def test_the_moving_average_baseline_never_takes_a_nan_reward():
     """With the "ema" baseline a NaN reward (members poisoned) stops training before the
     moving average takes it in: the baseline a resumed run starts from is still finite."""
