@@ -699,8 +699,14 @@ def _fetch_one(entry: Dataset, d: Download, target: Path, paths: list[Path],
     with file_lock(dest, entry.key):
         if all(p.exists() for p in paths):
             return  # another process got them while this one waited
-        got = Path(get(d.url, dest, sha256=d.sha256, size=d.size, dataset=entry.key,
-                       progress=progress))
+        try:
+            got = Path(get(d.url, dest, sha256=d.sha256, size=d.size, dataset=entry.key,
+                           progress=progress))
+        except DownloadError as err:  # name the files the reader looked for, not only the URL
+            missing = [p for p in paths if not p.exists()]
+            names = ", ".join(map(str, missing[:2])) + (f" and {len(missing) - 2} more"
+                                                        if len(missing) > 2 else "")
+            raise DownloadError(f"{err}; it holds the missing {names}") from None
         if d.archive:
             if progress:
                 print(f"{entry.key}: unpacking {got.name} into {target}", file=sys.stderr,

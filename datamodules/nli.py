@@ -515,7 +515,15 @@ class NLIDataModule(L.LightningDataModule):
                                         f"{self._how_to_get()}")
             ensure(self._release(), self.data_dir,
                    [self.data_dir / self.archive_folder / self.files[s] for s in absent],
-                   url=self.url)
+                   url=self.url, strict=False)
+            still = sorted({str(self.path(s)) for s in absent if not self.path(s).exists()})
+            if still:  # files the release does not hold (a sample, a file of one's own)
+                inside = (f" (nor under {self.data_dir / self.archive_folder})"
+                          if self.archive_folder else "")
+                raise FileNotFoundError(
+                    f"{self.name} files not found: {', '.join(still)}{inside}; they are not "
+                    f"in the release {self.url}: put them there or give their folder with "
+                    "--data.data_dir")
         if self.vectors is not None and not Path(self.vectors).exists():
             ensure("glove", Path(self.vectors).parent, [Path(self.vectors)],
                    download=self.download, strict=False)  # another file: vocab_vectors says

@@ -621,7 +621,7 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
             # the script's name, also when main() is called in-process
             prog = " ".join([f"{experiment.name}.py",
                              *parser.prog.replace(" [options]", "").split()[1:]])
-            message = compact_error(message, experiment)
+            message = compact_error(message, experiment, sys.argv[1:] if argv is None else argv)
             sys.stderr.write(f"{prog}: error: {message}{closest_options(parser, message)}\n"
                              f"(every option: {prog} --help)\n")
             self.exit(2)
@@ -741,7 +741,7 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
         err = caught.error if isinstance(caught, DataErrorInLink) else caught
         if debug():
             raise err from err.__cause__  # its own traceback: where the reader found it
-        raise SystemExit(f"{experiment.name}.py: {err}") from err
+        raise SystemExit(f"{experiment.name}.py: {data_message(err)}") from err
     except ConfigError as err:
         if debug():
             raise
@@ -753,11 +753,17 @@ def run_cli(experiment: Experiment, argv: list[str] | None):
         raise SystemExit(f"{experiment.name}.py: {err}") from err
 
 
-def compact_error(message: str, experiment: Experiment) -> str:
+def compact_error(message: str, experiment: Experiment, argv: list[str] = ()) -> str:
     """jsonargparse's argument errors in one line where they take several: a value outside
     an option's choices names the flag, the value and the choices (not the tree of every
-    Union subtype tried), and a config file that does not exist names the experiment's
-    configs.  Any other message is returned as it is."""
+    Union subtype tried), a value of the wrong type the types taken, and a config file that
+    does not exist names the experiment's configs; a key no option takes names the config
+    file of ``argv`` that holds it.  Any other message is returned as it is."""
+    unknown = re.search(r"does not accept (?:option|key) '([\w.]+)'", message)
+    if unknown:
+        holders = [f for f in _config_files(argv) if _has_key(f, unknown.group(1).split("."))]
+        if holders:
+            message += f" (the key {unknown.group(1)!r} of {', '.join(holders)})"
     choices = re.findall(r"Expected a typing\.Literal\[([^\]]*)\]", message)
     given = re.search(r"(?:Given|Got) value: (.*)", message)
     if choices and given:
@@ -765,6 +771,12 @@ def compact_error(message: str, experiment: Experiment) -> str:
         flag = "--" + ".".join(keys) if keys else "an option"
         names = ", ".join(c.strip().strip("'") for c in choices[0].split(","))
         return f"{flag}: {given.group(1).strip()!r} is not one of {names}"
+    types = re.findall(r"Expected a <class '(\w+)'>", message)
+    if types and given:  # a value of the wrong type: the flag, the value and the types taken
+        keys = re.findall(r'(?:Parser key|Key) "([\w.]+)"', message)
+        flag = "--" + ".".join(keys) if keys else "an option"
+        taken = [_TYPE_NAMES.get(t, t) for t in dict.fromkeys(types)]
+        return f"{flag}: expected {' or '.join(taken)}, got {given.group(1).strip()!r}"
     missing = re.search(r'Parser key "config": File does not exist: (.*)', message)
     if missing:
         return (f"--config: no such file {missing.group(1).strip()}; the configs of "
@@ -772,6 +784,31 @@ def compact_error(message: str, experiment: Experiment) -> str:
                 f"({_shown(experiment.config_dir)}/<config>.yaml, and a dataset of a "
                 "multi-dataset config: <config>/<dataset>.yaml)")
     return message
+
+
+def _config_files(argv) -> list[str]:
+    """The files given to ``--config`` in ``argv``, as typed."""
+    argv = list(argv)
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"] + [
+        a.partition("=")[2] for a in argv if a.startswith("--config=")]
+
+
+def _has_key(path: str, keys: list[str]) -> bool:
+    """Whether the YAML file ``path`` holds the nested key ``keys`` (False if unreadable)."""
+    try:
+        node = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return False
+    for key in keys:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+#: how :func:`compact_error` names the types jsonargparse expected
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false",
+               "str": "a string", "NoneType": "null", "dict": "a mapping", "list": "a list"}
 
 
 def closest_options(parser, message: str) -> str:
@@ -810,11 +847,27 @@ def debug() -> bool:
 
 
 def data_errors() -> tuple[type[Exception], ...]:
-    """What a command ends with in one line: a malformed, missing or undownloadable file."""
+    """What a command ends with in one line: a malformed, missing or undownloadable file, or
+    one the process may not reach (a folder above it unreadable: ``Path.exists`` raises
+    PermissionError before any reader can name the file)."""
     from datamodules.common import DataFormatError
     from datamodules.fetch import FetchError
 
-    return DataFormatError, FetchError, FileNotFoundError
+    return (DataFormatError, FetchError, FileNotFoundError, PermissionError,
+            IsADirectoryError, NotADirectoryError)
+
+
+def data_message(err: BaseException) -> str:
+    """The one line of a data error: our own errors' messages as they are; an OSError of the
+    system (``[Errno 13] Permission denied: '...'``) as the path and what was wrong."""
+    from datamodules.common import DataFormatError
+
+    if isinstance(err, OSError) and not isinstance(err, DataFormatError) and err.filename:
+        reason = (err.strerror or str(err)).lower()
+        if isinstance(err, PermissionError):
+            reason += ": this process may not read it, or a folder above it"
+        return f"{err.filename}: {reason}"
+    return str(err)
 
 
 def data_error_in(err: BaseException) -> BaseException | None:

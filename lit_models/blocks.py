@@ -32,6 +32,14 @@ from attention import Mechanism, MultiHeadAttention, build
 from attention.softmax import softmax
 
 
+def at_least_one(**sizes: int) -> None:
+    """Refuse a size below 1, naming the model's argument (``n_encoder_layers must be at least
+    1, got 0``): the command prints it as its one line of invalid configuration."""
+    for name, value in sizes.items():
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+
+
 @dataclass(frozen=True)
 class TransformerConfig:
     """The sizes and regularisation every block of one model shares (passed to every module,
@@ -49,9 +57,7 @@ class TransformerConfig:
     def __post_init__(self):
         if self.norm not in ("pre", "post"):
             raise ValueError(f"norm must be 'pre' or 'post', got {self.norm!r}")
-        for name in ("d_model", "n_heads", "d_ff"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        at_least_one(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff)
         for name in ("dropout", "attention_dropout"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
@@ -59,8 +65,7 @@ class TransformerConfig:
 
 def layer_mechanisms(mechanism: Mechanism, n_layers: int, layers: int | None) -> list[Mechanism]:
     """The mechanism in the lowest ``layers`` layers (all when None), softmax above."""
-    if n_layers < 1:
-        raise ValueError(f"the number of layers must be at least 1, got {n_layers}")
+    at_least_one(n_layers=n_layers)
     if layers is not None and not 0 <= layers <= n_layers:
         raise ValueError(f"attention_layers must be in [0, {n_layers}], got {layers}")
     k = n_layers if layers is None else layers

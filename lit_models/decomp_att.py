@@ -47,6 +47,7 @@ from attention import Mechanism, build
 from attention.masking import check_mask, masked_softmax
 from attention.softmax import softmax
 from lit_models.base import AttnReproModule
+from lit_models.blocks import at_least_one
 from lit_models.metrics import GroupedRanking
 
 
@@ -150,8 +151,7 @@ class DecompAttNet(nn.Module):
                  attention: Mechanism | None = None, condition_classes: int = 0,
                  attend: Literal["mlp", "linear"] = "mlp"):
         super().__init__()
-        if members < 1:
-            raise ValueError(f"members must be at least 1, got {members}")
+        at_least_one(members=members)
         attention = softmax() if attention is None else attention
         self.members, self.pad_id = members, pad_id
         if vectors is not None:

@@ -72,6 +72,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from attention import Mechanism, build
 from attention.additive import additive
 from lit_models.base import AttnReproModule
+from lit_models.blocks import at_least_one
 from lit_models.decoding import Hypotheses, LengthPenalty, repeat_beams
 from lit_models.metrics import SequenceExactMatch
 from lit_models.seq2seq import Seq2SeqTask, check_decoding
@@ -147,13 +148,9 @@ class RNNSeq2Seq(Seq2SeqTask, AttnReproModule):
         max_decode_len: int = 50,
     ):
         check_decoding(beam_size, max_len_a, max_decode_len)
-        for name, value in (("src_vocab_size", src_vocab_size),
-                            ("tgt_vocab_size", tgt_vocab_size),
-                            ("embedding_dim", embedding_dim), ("hidden", hidden),
-                            ("n_encoder_layers", n_encoder_layers),
-                            ("n_decoder_layers", n_decoder_layers)):
-            if value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
+        at_least_one(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
+                     embedding_dim=embedding_dim, hidden=hidden,
+                     n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers)
         if not 0 <= dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if not 0 <= label_smoothing < 1:

@@ -32,7 +32,7 @@ from attention import Mechanism, build
 from attention.masking import masked_max, masked_mean
 from attention.softmax import softmax
 from lit_models.base import AttnReproModule
-from lit_models.blocks import Decoder, Encoder, TransformerConfig
+from lit_models.blocks import Decoder, Encoder, TransformerConfig, at_least_one
 from lit_models.decoding import Hypotheses, LengthPenalty, repeat_beams, select_rows
 from lit_models.metrics import Perplexity, SequenceExactMatch
 from lit_models.seq2seq import Seq2SeqTask, check_decoding
@@ -125,6 +125,7 @@ class TransformerSeq2Seq(Seq2SeqTask, Transformer):
         **settings,
     ):
         check_decoding(beam_size, max_len_a, max_decode_len)
+        at_least_one(n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers)
         super().__init__(**settings)
         self.mechanisms = {name: self.attention if flag is None else build(flag)
                            for name, flag in (("encoder", encoder_attention),
@@ -215,6 +216,7 @@ class TransformerClassifier(Transformer):
             raise ValueError(f"pooling must be 'mean', 'max' or 'first', got {pooling!r}")
         if num_classes < 2:
             raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+        at_least_one(n_layers=n_layers)
         super().__init__(**settings)
         self.mechanisms = {"encoder": self.attention}
         self.encoder = Encoder(vocab_size, n_layers, self.attention,
@@ -289,6 +291,7 @@ class TransformerLM(Transformer):
         tie_output: bool = True,
         **settings,
     ):
+        at_least_one(n_layers=n_layers)
         super().__init__(**settings)
         self.mechanisms = {"decoder": self.attention}
         self.decoder = Decoder(vocab_size, n_layers, self.attention, None,

@@ -662,6 +662,21 @@ def test_snli_no_gold_label_is_skipped_counted_and_a_warning(tmp_path, caplog):
                         for split, name in (("train", "train"), ("val", "dev"), ("test", "test"))]
 
 
+def test_nli_files_the_release_does_not_hold_are_named_once(tmp_path):
+    """A file of one's own that is missing (the smoke config's SNLI sample as train, val
+    and test): named once, where it was looked for, and why no download can give it (was the
+    path under the archive's folder three times)."""
+    sample = "snli_1.0_dev.first1288.jsonl"
+    dm = SNLIDataModule(data_dir=str(tmp_path), train_file=sample, val_file=sample,
+                        test_file=sample)
+    with pytest.raises(FileNotFoundError) as err:
+        dm.prepare_data()
+    assert str(err.value) == (
+        f"snli files not found: {tmp_path / sample} (nor under {tmp_path / 'snli_1.0'}); they "
+        "are not in the release https://nlp.stanford.edu/projects/snli/snli_1.0.zip: put them "
+        "there or give their folder with --data.data_dir")
+
+
 def test_nli_split_of_no_labelled_pair(tmp_path):
     for split in ("train", "dev", "test"):
         (tmp_path / f"snli_1.0_{split}.jsonl").write_text(lines(snli()))

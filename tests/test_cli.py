@@ -333,7 +333,8 @@ DEBUG_HINT = " (ATTNREPRO_DEBUG=1 shows the traceback)"
     (["--model.n_heads", "0"], "n_heads must be at least 1, got 0"),
     (["--model.n_heads", "3"], "d_model 32 is not divisible by n_heads 3"),
     (["--model.d_ff", "0"], "d_ff must be at least 1, got 0"),
-    (["--model.n_encoder_layers", "-1"], "the number of layers must be at least 1, got -1"),
+    (["--model.n_encoder_layers", "-1"], "n_encoder_layers must be at least 1, got -1"),
+    (["--model.n_decoder_layers", "0"], "n_decoder_layers must be at least 1, got 0"),
     (["--data.train_size", "0"],
      "MLUDataModule: train_size must be at least 1 (or give train_file), got 0"),
     (["--model.attention", "window", "--model.attention.segment_size", "2"],
@@ -385,8 +386,12 @@ def test_debug_shows_the_traceback(runs, monkeypatch):
     (["--model.norm", "mid"],
      ["coda_mlu.py fit: error: --model.norm: 'mid' is not one of pre, post"]),
     (["--config", "{bad}"],
-     ["coda_mlu.py fit: error: Subcommand 'fit' does not accept option 'model.dropoutt'; "
-      "model.dropoutt: did you mean --model.dropout?"]),
+     ["coda_mlu.py fit: error: Subcommand 'fit' does not accept option 'model.dropoutt' (the "
+      "key 'model.dropoutt' of {bad}); model.dropoutt: did you mean --model.dropout?"]),
+    (["--model.d_model", "abc"],  # a value of the wrong type (was three lines)
+     ["coda_mlu.py fit: error: --model.d_model: expected an integer, got 'abc'"]),
+    (["--model.attention_layers", "x"],  # int | None (was the tree of Union subtypes)
+     ["coda_mlu.py fit: error: --model.attention_layers: expected an integer or null, got 'x'"]),
 ])
 def test_an_unknown_option_or_file_is_two_lines(runs, tmp_path, capsys, monkeypatch, args,
                                                  lines):
@@ -398,7 +403,8 @@ def test_an_unknown_option_or_file_is_two_lines(runs, tmp_path, capsys, monkeypa
         MLU.main([*MLU_SMOKE, *args])
     assert done.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
-        *lines, "(every option: coda_mlu.py fit --help)"]
+        *(line.replace("{bad}", str(bad)) for line in lines),
+        "(every option: coda_mlu.py fit --help)"]
 
 
 def test_a_bad_data_file_is_one_line_from_the_script(env, tmp_path):
@@ -412,6 +418,34 @@ def test_a_bad_data_file_is_one_line_from_the_script(env, tmp_path):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"coda_mlu.py: {bad}:2: expected UTF-8 text, got \"b'x=1,y=2,x+y:3 \\\\xe9\\\\n'\"")
+
+
+@pytest.mark.parametrize("experiment, argv, path", [
+    (MLU, [*MLU_SMOKE, "--data.train_file", "{locked}/train.txt"], "{locked}/train.txt"),
+    (NLI, ["fit", "--config", f"{CONFIGS}/smoke.yaml", "--config", f"{CONFIGS}/smoke/snli.yaml",
+           "--data.data_dir", "{locked}"], "{locked}/snli_1.0_dev.first1288.jsonl"),
+])
+def test_a_file_in_a_folder_this_process_may_not_read(runs, tmp_path, monkeypatch, experiment,
+                                                      argv, path):
+    """A folder above the data that the process may not enter: ``Path.exists`` raises
+    PermissionError before a reader can name the file (seen as another user: a 16-frame
+    traceback from the MLU reader, "invalid configuration: [Errno 13] ..." from SNLI's).
+    Tests run as root, whom permissions do not stop: ``exists`` refuses the folder as the
+    system would refuse another user."""
+    monkeypatch.chdir(ROOT)
+    locked = tmp_path / "locked"
+    real = Path.exists
+
+    def exists(self, *args, **kwargs):
+        if self.is_relative_to(locked) and self != locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    argv = [a.replace("{locked}", str(locked)) for a in argv]
+    assert error(experiment, argv) == (
+        f"{experiment.name}.py: {path.format(locked=locked)}: permission denied: this process "
+        "may not read it, or a folder above it")
 
 
 def test_a_nan_training_loss_is_one_line_naming_the_step(env, tmp_path):

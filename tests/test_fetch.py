@@ -284,8 +284,10 @@ def closed_port_url(name: str) -> str:
 def test_offline_is_one_line_naming_dataset_url_and_path(tmp_path, monkeypatch):
     url = closed_port_url("snli_1.0.zip")
     dest = tmp_path / "snli" / "snli_1.0.zip"
+    files = [dest.parent / "snli_1.0" / f"snli_1.0_{split}.jsonl" for split in ("train", "dev")]
     expected = (f"snli: could not download {url} ([Errno 111] Connection refused); "
-                f"put the file at {dest}")
+                f"put the file at {dest}; it holds the missing {files[0]}, {files[1]} and "
+                "{} more")  # the release's 6 files (.jsonl, .txt) for the command; 3 for SNLI
     code = (f"import sys, dataclasses as d; from datamodules import fetch as f; "
             f"e = f.DATASETS['snli']; f.DATASETS['snli'] = d.replace(e, downloads=("
             f"d.replace(e.downloads[0], url={url!r}),)); "
@@ -293,7 +295,7 @@ def test_offline_is_one_line_naming_dataset_url_and_path(tmp_path, monkeypatch):
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 1
-    assert done.stderr.splitlines() == [f"error: {expected}"]  # one line, no traceback
+    assert done.stderr.splitlines() == [f"error: {expected.format(4)}"]  # one line
     assert not dest.parent.exists() or not any(dest.parent.glob("*.part"))
 
     from datamodules.nli import SNLIDataModule  # the same error from prepare_data
@@ -302,7 +304,7 @@ def test_offline_is_one_line_naming_dataset_url_and_path(tmp_path, monkeypatch):
     dm = SNLIDataModule(data_dir=str(tmp_path / "snli"))
     with pytest.raises(DownloadError) as err:
         dm.prepare_data()
-    assert str(err.value) == expected and isinstance(err.value, FileNotFoundError)
+    assert str(err.value) == expected.format(1) and isinstance(err.value, FileNotFoundError)
 
 
 # ----------------------------------------------------------------------------- (f)

@@ -131,8 +131,8 @@ def test_unsupported_mechanism_error_names_it():
     ({"d_model": -8}, "d_model must be at least 1, got -8"),
     ({"n_heads": 0}, "n_heads must be at least 1, got 0"),
     ({"d_ff": 0}, "d_ff must be at least 1, got 0"),
-    ({"n_encoder_layers": -1}, "the number of layers must be at least 1, got -1"),
-    ({"n_decoder_layers": 0}, "the number of layers must be at least 1, got 0"),
+    ({"n_encoder_layers": -1}, "n_encoder_layers must be at least 1, got -1"),
+    ({"n_decoder_layers": 0}, "n_decoder_layers must be at least 1, got 0"),
     ({"n_heads": 3}, "d_model 16 is not divisible by n_heads 3"),
 ])
 def test_bad_sizes_are_named_errors(settings, message):
