@@ -20,24 +20,41 @@ start of each token's segment) is
 (dL_b' = dm * R_a etc., per token after the segment gather), one cumulative sum for tokens
 (dphi = sum(dL_b) + dL_b + cumsum(dL_a - dL_b)) and two for segments.
 
+On CPU (float32, float64) the kernels are C++ (:mod:`attention._window_rows_ext`,
+attention/_window_rows.cpp, built once per machine): each score row (Lk keys, in L1 cache)
+goes through the softmaxes, the cumulative sums, Eq. 9-11 and the final softmax or product
+in a few passes, where the compiled expressions stream every (n, r, Lk) block through memory
+once per operation (inductor does not fuse a cumulative sum with anything); and the backward
+kernel writes the score gradients over the score blocks and A over dL/dA, so a backward tile
+needs no memory beyond its scores.  Elsewhere (another device, ``ATTNREPRO_WINDOW_CPP=0``, a
+failed build) the kernels are the expressions below.  Both are tested against each other and
+against the plain autograd path.
+
+With ``paper`` boundaries the three score blocks come from one product, [q; q W_l s; q W_r s]
+k^T (n, 3r, Lk), and so do their gradients: [dsg; dsl; dsr] k gives dL/d(q), dL/d(q W_l s),
+dL/d(q W_r s) in one product, and [dsg; dsl; dsr]^T [q; q W_l s; q W_r s] dL/dk in another.
+
 The score scales are folded into the query rows before the matmuls ((s q) k^T), so the
 kernels take no float options: one compiled graph per dtype and structure (mask or none,
-segments or tokens, AW or MW).  The kernels are compiled through
+segments or tokens, AW or MW).  The expressions are compiled through
 :class:`attention._compiled.Compiled` (eager without a compiler or with
-``ATTNREPRO_COMPILE=0``; blocks with a size below 2 always run eagerly, so that dynamo never
-specialises on size 1).  The backward is not differentiable again (no double backward).
+``ATTNREPRO_COMPILE=0``, which also turns the C++ kernels off; blocks with a size below 2
+always run eagerly, so that dynamo never specialises on size 1).  The backward is not
+differentiable again (no double backward).
 bfloat16 and float16 inputs (autocast, or a model cast to them) are computed in float32
 (:func:`attention._tiling.apply_float32`): the cumulative sums over the keys need it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from attention import _window_rows_ext as rows_ext
 from attention._compiled import Compiled
 from attention._tiling import MaskTiles, apply_float32, dropout_keep, without_autocast
 
@@ -150,6 +167,11 @@ def _t(x: Tensor) -> Tensor:
     return x.transpose(1, 2).contiguous()
 
 
+def _scaled(x: Tensor, s: Tensor | float) -> Tensor:
+    """x * s, or x itself for s = 1.0 (the default boundary scale)."""
+    return x if isinstance(s, float) and s == 1.0 else x * s
+
+
 class Tile(NamedTuple):
     """Matrices n0:n1 of the N = B * H flattened ones, query rows i0:i1."""
 
@@ -206,7 +228,9 @@ class Inputs(NamedTuple):
 
 
 class Scores(NamedTuple):
-    """A tile's scaled query rows (qs, ls, rs, cs) and score blocks (sg, sl, sr, sc)."""
+    """A tile's scaled query rows (qs, ls, rs, cs) and score blocks (sg, sl, sr, sc); with
+    ``paper`` boundaries also ``rows`` = [qs; ls; rs] (n, 3r, d) and ``stacked`` = [sg; sl; sr]
+    (n, 3r, Lk), the product of rows and k^T, of which sg, sl, sr are views."""
 
     qs: Tensor
     ls: Tensor
@@ -217,6 +241,8 @@ class Scores(NamedTuple):
     sr: Tensor
     sc: Tensor | None
     scale: Tensor | float  # the boundary scores' multiplier
+    rows: Tensor | None
+    stacked: Tensor | None
 
 
 class Rows:
@@ -233,10 +259,31 @@ class Rows:
             j = torch.arange(lk, device=x.q.device)
             self.start = j - j % opt.segment_size
             self.end = (self.start + opt.segment_size - 1).clamp(max=lk - 1)
+        #: the C++ row kernels take the tiles (else the compiled expressions)
+        self.native = rows_ext.supports(x.q)
         self.w = None
         if x.w is not None:  # (2, H, d, e) -> (H, d, 2e): [W_l | W_r] of each head
             d, e = x.w.shape[2:]
             self.w = x.w.permute(1, 2, 0, 3).reshape(heads, d, 2 * e)
+        self._cached: tuple[tuple[int, int], dict[str, Tensor | None]] = ((-1, -1), {})
+
+    def _per_matrices(self, n: slice, name: str, make: Callable[[], Tensor | None]):
+        """``make()`` for the matrices ``n``, kept while the tiles stay on them (they come
+        matrices first: the row tiles of the same matrices one after the other), so that
+        k^T, v^T and the heads' boundary weights are made once per group of matrices, not
+        once per row tile (4 times at L=1024)."""
+        key, cache = self._cached
+        if key != (n.start, n.stop):
+            cache = {}
+            self._cached = ((n.start, n.stop), cache)
+        if name not in cache:
+            cache[name] = make()
+        return cache[name]
+
+    def _t(self, n: slice, name: str, x: Tensor) -> Tensor:
+        """x[n] transposed, contiguous (a transposed view makes the batched matmul about 2x
+        slower), once per group of matrices."""
+        return self._per_matrices(n, name, lambda: _t(x[n]))
 
     def _heads(self, n: slice) -> Tensor | None:
         """The head of each flattened matrix of ``n`` (N = B * H, head-minor), or None when
@@ -244,7 +291,12 @@ class Rows:
         heads = self.w.shape[0]
         if (n.stop - n.start) % heads == 0 and n.start % heads == 0:
             return None
-        return torch.arange(n.start, n.stop, device=self.w.device) % heads
+        return self._per_matrices(
+            n, "heads", lambda: torch.arange(n.start, n.stop, device=self.w.device) % heads)
+
+    def _head_weights(self, n: slice) -> Tensor:
+        """The boundary weights (n, d, 2e) of each matrix of ``n`` (per matrix tiles)."""
+        return self._per_matrices(n, "w", lambda: self.w[self._heads(n)])
 
     def boundary_rows(self, t: Tile) -> Tensor:
         """q W = [q W_l | q W_r] (n, r, 2e) of a tile's query rows (``paper`` boundaries):
@@ -255,7 +307,7 @@ class Rows:
             b, r, d = q.shape[0] // heads, q.shape[1], q.shape[2]
             return torch.einsum("bhrd,hde->bhre", q.view(b, heads, r, d),
                                 self.w).reshape(q.shape[0], r, -1)
-        return q @ self.w[index]
+        return q @ self._head_weights(t.n)
 
     def boundary_grads(self, t: Tile, d_lr: Tensor, g: Grads) -> Tensor | None:
         """From dL/d(q W) (n, r, 2e) of a tile: add dL/dW to ``g.w`` (H, d, 2e) and return
@@ -274,7 +326,7 @@ class Rows:
         if g.w is not None:
             g.w.index_add_(0, index, q.transpose(1, 2) @ d_lr)
         if g.q is not None:
-            gq = d_lr @ self.w[index].transpose(1, 2)
+            gq = d_lr @ self._head_weights(t.n).transpose(1, 2)
         return gq
 
     def boundary_scale(self, mb: Tensor | None) -> Tensor | float:
@@ -289,38 +341,82 @@ class Rows:
         x, n, rows, r = self.x, t.n, t.rows, t.rows.stop - t.rows.start
         s = self.boundary_scale(mb)
         qs = x.q[n, rows] * self.opt.scale
-        # (contiguous k^T: a transposed view makes the batched matmul about 2x slower)
-        kt = _t(x.k[n])
+        kt = self._t(n, "k", x.k)
+        stacked_rows = stacked = None
         if self.w is not None:  # paper: [q; q W_l s; q W_r s] k^T in one matmul
-            lr = self.boundary_rows(t) * s  # (n, r, 2e)
+            lr = _scaled(self.boundary_rows(t), s)  # (n, r, 2e)
             e = lr.shape[-1] // 2
             ls, rs = lr[..., :e], lr[..., e:]
-            both = torch.cat([qs, ls, rs], 1) @ kt  # (n, 3r, Lk)
-            sg, sl, sr = both[:, :r], both[:, r:2 * r], both[:, 2 * r:]
+            stacked_rows = torch.cat([qs, ls, rs], 1)
+            stacked = stacked_rows @ kt  # (n, 3r, Lk)
+            sg, sl, sr = stacked[:, :r], stacked[:, r:2 * r], stacked[:, 2 * r:]
         else:
-            ls, rs = x.lq[n, rows] * s, x.rq[n, rows] * s
+            ls, rs = _scaled(x.lq[n, rows], s), _scaled(x.rq[n, rows], s)
             sg = qs @ kt
-            sl, sr = ls @ _t(x.lk[n]), rs @ _t(x.rk[n])
+            sl, sr = ls @ self._t(n, "lk", x.lk), rs @ self._t(n, "rk", x.rk)
         cs = sc = None
         if x.cq is not None:
             cs = x.cq[n, rows] * self.opt.scale
-            sc = cs @ _t(x.ck[n])
-        return Scores(qs, ls, rs, cs, sg, sl, sr, sc, s)
+            sc = cs @ self._t(n, "ck", x.ck)
+        return Scores(qs, ls, rs, cs, sg, sl, sr, sc, s, stacked_rows, stacked)
 
     def keep(self, t: Tile, seed: int) -> Tensor | None:
         shape = (t.n.stop - t.n.start, t.rows.stop - t.rows.start, self.x.k.shape[1])
         return dropout_keep(self.x.q, shape, self.opt.dropout, seed, t.index)
 
-    def weights(self, t: Tile, seed: int) -> tuple[Tensor, Tensor]:
-        """(A, A with dropout) of a tile."""
+    def weights(self, t: Tile, seed: int, a_out: Tensor | None) -> Tensor:
+        """A tile's weights with dropout (what multiplies v); A itself is written into
+        ``a_out`` (the tile's rows of the returned weights) unless None.  The C++ kernel
+        writes straight into ``a_out`` and into the global scores' block (each row of
+        scores is read before its weights are written)."""
         mb = self.masks(t.n, t.rows)
         c = self.scores(t, mb)
+        keep = self.keep(t, seed)
+        if self.native:
+            if keep is None:
+                a = c.sg if a_out is None else a_out
+                rows_ext.forward(c.sg, c.sl, c.sr, c.sc, mb, self.start, self.end, a=a)
+                return a
+            rows_ext.forward(c.sg, c.sl, c.sr, c.sc, mb, self.start, self.end, a=a_out,
+                             ad=c.sg, keep=keep)
+            return c.sg
         if self.opt.variant == "aw":
             a = _run(KERNELS["aw"][0], c.sg, c.sl, c.sr, c.sc, mb, self.start, self.end)
         else:
             a = _run(KERNELS["mw"][0], c.sg, c.sl, c.sr, mb, self.start, self.end)
-        keep = self.keep(t, seed)
-        return a, (a if keep is None else a * keep)
+        if a_out is not None:
+            a_out.copy_(a)
+        return a if keep is None else a * keep
+
+    def _block_grads(self, c: Scores, mb: Tensor | None, da: Tensor, keep: Tensor | None,
+                     dkeep: Tensor | None, need_a: bool) -> tuple[Tensor | None, ...]:
+        """(A with dropout (None unless ``need_a``), dL/d sg, sl, sr, sc (None for MW)) of a
+        tile from dL/dA (``da``, times ``dkeep`` unless None).  With ``paper`` boundaries the
+        first three gradients are always in ``c.stacked``.  The C++ kernel writes them over
+        the score blocks and A over ``da`` (each row read before it is written)."""
+        if self.native:
+            if da.shape[-1] > 1 and da.stride(-1) != 1:  # (an expanded dL/d(returned weights))
+                da = da.contiguous()
+            a = da if need_a else None
+            rows_ext.backward(c.sg, c.sl, c.sr, c.sc, mb, self.start, self.end, da, a=a,
+                              dsg=c.sg, dsl=c.sl, dsr=c.sr, dsc=c.sc,
+                              keep=keep if need_a else None, dkeep=dkeep)
+            return a, c.sg, c.sl, c.sr, c.sc
+        if dkeep is not None:
+            da = da * dkeep
+        if self.opt.variant == "aw":
+            a, dsg, dsl, dsr, dsc = _run(KERNELS["aw"][1], c.sg, c.sl, c.sr, c.sc, mb,
+                                         self.start, self.end, da)
+        else:
+            a, dsg, dsl, dsr = _run(KERNELS["mw"][1], c.sg, c.sl, c.sr, mb, self.start,
+                                    self.end, da)
+            dsc = None
+        if c.stacked is not None:  # the products of Rows.backward take them stacked
+            for block, grad in ((c.sg, dsg), (c.sl, dsl), (c.sr, dsr)):
+                block.copy_(grad)
+            dsg, dsl, dsr = c.sg, c.sl, c.sr
+        a = None if not need_a else (a if keep is None else a * keep)
+        return a, dsg, dsl, dsr, dsc
 
     def backward(self, t: Tile, g: Grads, seed: int, g_out: Tensor | None,
                  g_weights: Tensor | None) -> None:
@@ -329,63 +425,80 @@ class Rows:
         mb = self.masks(t.n, t.rows)
         c = self.scores(t, mb)
         keep = self.keep(t, seed)
-        da = None
+        # dL/dA = dL/d(A with dropout) * keep (+ dL/d(returned weights)); the C++ kernel
+        # multiplies by keep itself when nothing is added
+        da = dkeep = None
         if g_out is not None:
             go = g_out[n, rows]
-            da = go @ _t(x.v[n])  # dL/d(A with dropout)
+            da = go @ self._t(n, "v", x.v)  # dL/d(A with dropout)
             if keep is not None:
-                da = da * keep
+                if g_weights is None:
+                    dkeep = keep
+                else:
+                    da.mul_(keep)
         if g_weights is not None:
-            da = g_weights[n, rows] if da is None else da + g_weights[n, rows]
-        if opt.variant == "aw":
-            a, dsg, dsl, dsr, dsc = _run(KERNELS["aw"][1], c.sg, c.sl, c.sr, c.sc, mb,
-                                         self.start, self.end, da)
-        else:
-            a, dsg, dsl, dsr = _run(KERNELS["mw"][1], c.sg, c.sl, c.sr, mb, self.start,
-                                    self.end, da)
-            dsc = None
+            da = g_weights[n, rows] if da is None else da.add_(g_weights[n, rows])
+        need_a = g.v is not None and g_out is not None
+        ad, dsg, dsl, dsr, dsc = self._block_grads(c, mb, da, keep, dkeep, need_a)
         del da
-        if g.v is not None and g_out is not None:
-            g.v[n].baddbmm_((a if keep is None else a * keep).transpose(1, 2), go)
-        del a
+        first = rows.start == 0  # (the first row tile of these matrices: _acc)
+        if need_a:
+            _acc(g.v[n], ad.transpose(1, 2), go, first)
+        del ad
         k = x.k[n]
-        gq = (dsg @ k) * opt.scale if g.q is not None else None
-        if g.k is not None:
-            g.k[n].baddbmm_(dsg.transpose(1, 2), c.qs)
-        if self.w is not None:  # paper: ls = q W_l s, scores ls k^T
-            if g.k is not None:
-                g.k[n].baddbmm_(dsl.transpose(1, 2), c.ls).baddbmm_(dsr.transpose(1, 2), c.rs)
+        if c.stacked is not None:  # paper: ls = q W_l s, scores ls k^T; [dsg; dsl; dsr] stacked
+            r = rows.stop - rows.start
+            if g.k is not None:  # dsg^T qs + dsl^T ls + dsr^T rs
+                _acc(g.k[n], c.stacked.transpose(1, 2), c.rows, first)
+            gq = None
             if g.q is not None or g.w is not None:
-                d_lr = torch.cat([dsl @ k, dsr @ k], -1) * c.scale  # dL/d(q W) (n, r, 2e)
-                share = self.boundary_grads(t, d_lr, g)
+                d_rows = c.stacked @ k  # dL/d(qs, ls, rs) (n, 3r, d)
+                if g.q is not None:
+                    gq = d_rows[:, :r] * opt.scale
+                d_lr = _scaled(torch.cat([d_rows[:, r:2 * r], d_rows[:, 2 * r:]], -1), c.scale)
+                share = self.boundary_grads(t, d_lr, g)  # dL/d(q W) (n, r, 2e)
                 if share is not None:
                     gq += share
         else:
+            gq = (dsg @ k) * opt.scale if g.q is not None else None
+            if g.k is not None:
+                _acc(g.k[n], dsg.transpose(1, 2), c.qs, first)
             for dsb, side_k, grad_q, grad_k, scaled in (
                     (dsl, x.lk, g.lq, g.lk, c.ls), (dsr, x.rk, g.rq, g.rk, c.rs)):
                 if grad_q is not None:
-                    grad_q[n, rows] = (dsb @ side_k[n]) * c.scale
+                    grad_q[n, rows] = _scaled(dsb @ side_k[n], c.scale)
                 if grad_k is not None:
-                    grad_k[n].baddbmm_(dsb.transpose(1, 2), scaled)
+                    _acc(grad_k[n], dsb.transpose(1, 2), scaled, first)
         if dsc is not None:
             if g.cq is not None:
                 g.cq[n, rows] = (dsc @ x.ck[n]) * opt.scale
             if g.ck is not None:
-                g.ck[n].baddbmm_(dsc.transpose(1, 2), c.cs)
+                _acc(g.ck[n], dsc.transpose(1, 2), c.cs, first)
         if gq is not None:
             g.q[n, rows] = gq
 
 
 class Grads:
-    """Accumulating input gradients (those asked for)."""
+    """The input gradients asked for, written tile by tile: those of the query rows (q, lq,
+    rq, cq) assigned, those of the keys and values (k, v, lk, rk, ck) accumulated over the
+    row tiles of their matrices, where the first (rows from 0) overwrites (:func:`_acc`), so
+    that none of them is zeroed first (8 MiB each at B H = 64, L = 512, d = 64); the boundary
+    weights' (H, d, 2e) accumulated from zeros.  ``written``: which of them every tile's
+    backward writes (else zeros: no tiles, or v without dL/d out)."""
 
-    def __init__(self, x: Inputs, needs: tuple[bool, ...]):
+    def __init__(self, x: Inputs, needs: tuple[bool, ...], written: tuple[bool, ...]):
         self.q, self.k, self.v, self.w, self.lq, self.lk, self.rq, self.rk, self.cq, \
-            self.ck = (None if t is None or not need else torch.zeros_like(t)
-                       for t, need in zip(x, needs, strict=True))
+            self.ck = (None if t is None or not need
+                       else torch.empty_like(t) if write else torch.zeros_like(t)
+                       for t, need, write in zip(x, needs, written, strict=True))
         if self.w is not None:  # accumulated per head: (H, d, 2e)
             heads, d, e = x.w.shape[1:]
             self.w = x.q.new_zeros(heads, d, 2 * e)
+
+
+def _acc(target: Tensor, b1: Tensor, b2: Tensor, first: bool) -> None:
+    """target += b1 @ b2, or target = b1 @ b2 for the first row tile of its matrices."""
+    target.baddbmm_(b1, b2, beta=0.0 if first else 1.0)
 
 
 class WindowAttention(torch.autograd.Function):
@@ -401,11 +514,9 @@ class WindowAttention(torch.autograd.Function):
         out = x.q.new_empty(n, lq, x.v.shape[2])
         weights = x.q.new_empty(n, lq, lk) if opt.need_weights else None
         for t in rows.tiles:
-            a, ad = rows.weights(t, seed)
+            ad = rows.weights(t, seed, None if weights is None else weights[t.n, t.rows])
             out[t.n, t.rows] = ad @ x.v[t.n]
-            if weights is not None:
-                weights[t.n, t.rows] = a
-            del a, ad
+            del ad
         ctx.save_for_backward(*tensors)
         ctx.args = (mask, opt, seed)
         return out, weights
@@ -417,8 +528,11 @@ class WindowAttention(torch.autograd.Function):
         x = Inputs(*ctx.saved_tensors)
         mask, opt, seed = ctx.args
         rows = Rows(x, mask, opt)
-        g = Grads(x, ctx.needs_input_grad[2:])
-        if g_out is not None or g_weights is not None:
+        run = bool(rows.tiles) and (g_out is not None or g_weights is not None)
+        written = [run] * len(x)
+        written[2] = run and g_out is not None  # v
+        g = Grads(x, ctx.needs_input_grad[2:], tuple(written))
+        if run:
             for t in rows.tiles:
                 rows.backward(t, g, seed, g_out, g_weights)
         gw = None

@@ -18,6 +18,7 @@ from attention.masking import causal_mask
 from tests.test_coda import compare
 
 ext = importlib.import_module("attention._coda_l1_ext")
+native_lib = importlib.import_module("attention._native")
 kernels = importlib.import_module("attention._coda_kernels")
 compiled = importlib.import_module("attention._compiled")
 impl = importlib.import_module("attention.coda")
@@ -33,10 +34,10 @@ DTYPES = [torch.float32, torch.float64]
 def native(monkeypatch):
     """The C++ kernels on (skipped without a C++ compiler); the element-wise part runs
     eagerly, so no torch.compile time is spent."""
-    if ext._compiler() is None:
+    if native_lib.compiler() is None:
         pytest.skip("no C++ compiler")
     monkeypatch.setattr(compiled, "COMPILE", True)
-    monkeypatch.setattr(ext, "ENABLED", True)
+    monkeypatch.setattr(ext.LIBRARY, "enabled", True)
     assert ext.library() is not None, "the C++ kernels failed to build (see the warning)"
     monkeypatch.setattr(impl, "_OPS", kernels.BlockOps(impl._factors, impl._forward_block,
                                                        impl._backward_block))
@@ -238,40 +239,40 @@ def test_no_allocation_of_the_broadcast(native):
 # -- building -----------------------------------------------------------------------------------
 def test_the_build_is_cached_per_source_and_flags(native, monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    path = ext.build()
+    path = ext.LIBRARY.build()
     assert path.parent == tmp_path / "attnrepro_coda_l1" and path.exists()
-    assert ext.build_seconds is not None and ext.build_seconds > 0
+    assert ext.LIBRARY.build_seconds is not None and ext.LIBRARY.build_seconds > 0
     mtime = path.stat().st_mtime_ns
-    assert ext.build() == path and path.stat().st_mtime_ns == mtime  # not rebuilt
+    assert ext.LIBRARY.build() == path and path.stat().st_mtime_ns == mtime  # not rebuilt
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
     # other flags (another CPU capability): their own file
-    monkeypatch.setattr(ext, "isa_flags", lambda: ["-DATTNREPRO_OTHER_FLAGS"])
-    assert ext.build() != path
+    monkeypatch.setattr(native_lib, "isa_flags", lambda: ["-DATTNREPRO_OTHER_FLAGS"])
+    assert ext.LIBRARY.build() != path
 
 
 def test_isa_flags_follow_torchs_cpu_capability(monkeypatch):
-    monkeypatch.setattr(ext.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(native_lib.platform, "machine", lambda: "x86_64")
     for capability, flag in [("AVX512", "-mavx512f"), ("AVX2", "-mavx2"), ("DEFAULT", None)]:
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
-        flags = ext.isa_flags()
+        flags = native_lib.isa_flags()
         assert (flag in flags) if flag else flags == []
         assert "-march=native" not in flags
-    monkeypatch.setattr(ext.platform, "machine", lambda: "aarch64")
-    assert ext.isa_flags() == []
+    monkeypatch.setattr(native_lib.platform, "machine", lambda: "aarch64")
+    assert native_lib.isa_flags() == []
 
 
 def test_a_failing_build_falls_back_with_one_warning(monkeypatch, tmp_path):
     """A source that does not compile (as a missing compiler would): one warning, then the
     plain path, still exact."""
-    if ext._compiler() is None:
+    if native_lib.compiler() is None:
         pytest.skip("no C++ compiler")
     broken = tmp_path / "broken.cpp"
     broken.write_text("this is not C++\n")
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(ext, "SOURCE", broken)
-    monkeypatch.setattr(ext, "_library", None)
-    monkeypatch.setattr(ext, "_failed", False)
-    monkeypatch.setattr(ext, "ENABLED", True)
+    monkeypatch.setattr(ext.LIBRARY, "source", broken)
+    monkeypatch.setattr(ext.LIBRARY, "_library", None)
+    monkeypatch.setattr(ext.LIBRARY, "_failed", False)
+    monkeypatch.setattr(ext.LIBRARY, "enabled", True)
     monkeypatch.setattr(compiled, "COMPILE", True)
     monkeypatch.setattr(impl, "_OPS", kernels.BlockOps(impl._factors, impl._forward_block,
                                                        impl._backward_block))
@@ -292,9 +293,9 @@ def test_a_failing_build_falls_back_with_one_warning(monkeypatch, tmp_path):
 
 
 def test_switched_off_by_the_environment(monkeypatch):
-    monkeypatch.setattr(ext, "ENABLED", False)
+    monkeypatch.setattr(ext.LIBRARY, "enabled", False)
     assert ext.library() is None and not ext.supports(torch.zeros(1, 1, 1))
-    monkeypatch.setattr(ext, "ENABLED", True)
+    monkeypatch.setattr(ext.LIBRARY, "enabled", True)
     monkeypatch.setattr(compiled, "COMPILE", False)  # ATTNREPRO_COMPILE=0
     assert ext.library() is None
     assert not ext.supports(torch.zeros(1, 1, 1, dtype=torch.float16))
