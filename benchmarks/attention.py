@@ -39,10 +39,12 @@ them (3-4 units, what keeps memory within a few L x L tiles) and two units per s
 plus two for M v (8-10 units): 15 units for MW and 19 for AW, and AW's projections of the
 input for its local scores add 6 more at d_model = H d = 512.  So MW's products alone are
 about 2.1x SDPA's and AW's about 3.6x: the 3x time goal is below AW's floor by products
-alone, whatever the element-wise work (two boundary softmaxes, their cumulative sums, Eq.
-9-11 and their derivatives: as much time again in the profile), unless the boundary
-scorings are stored (64 MiB per L x L score matrix of B H = 64 heads at L=512, beyond the
-3x memory goal) or fused with the cumulative sums into one kernel.
+alone, unless the boundary scorings are stored (64 MiB per L x L score matrix of B H = 64
+heads at L=512, beyond the 3x memory goal).  The element-wise work (two boundary softmaxes,
+their cumulative sums, Eq. 9-11 and their derivatives) was as much time again with
+torch.compile'd expressions; in the C++ row kernels (attention/_window_rows.cpp) it is
+10-15% of the window's time (results/window_kernels_cpp.md: MW 2.7x-3.2x, AW 3.9x-4.4x SDPA's
+time at L=512 over this machine's runs).
 
 Method.  Each case runs in a fresh Python subprocess (``--isolate``, the default; ``--quick``
 measures in-process, where a case's malloc settings carry over to the next) with
