@@ -28,92 +28,16 @@
 // std::thread; nthreads from torch.get_num_threads(); work split over the matrices and the
 // tiles of keys (and, for the gradients of few matrices, over chunks of keys).
 
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
-#include <thread>
-#include <vector>
+#include "_simd.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-#if defined(__AVX512F__)
-#define VBYTES 64
-#elif defined(__AVX__)
-#define VBYTES 32
-#else
-#define VBYTES 16
-#endif
 
 namespace {
 
-template <typename T>
-struct Vec;
-
-template <>
-struct Vec<float> {
-  typedef float V __attribute__((vector_size(VBYTES)));
-  typedef int32_t I __attribute__((vector_size(VBYTES)));
-  static constexpr int32_t kSign = INT32_MIN;
-};
-
-template <>
-struct Vec<double> {
-  typedef double V __attribute__((vector_size(VBYTES)));
-  typedef int64_t I __attribute__((vector_size(VBYTES)));
-  static constexpr int64_t kSign = INT64_MIN;
-};
-
-template <typename V>
-__attribute__((always_inline)) inline V load(const void* p) {
-  V v;
-  std::memcpy(&v, p, sizeof(V));
-  return v;
-}
-
-template <typename V>
-__attribute__((always_inline)) inline void store(void* p, V v) {
-  std::memcpy(p, &v, sizeof(V));
-}
-
-template <typename V, typename T>
-__attribute__((always_inline)) inline V splat(T s) {  // (V{} + s would turn -0 into +0)
-  return s - V{};
-}
-
-// -- threads ------------------------------------------------------------------------------
-// fn(begin, end) over [0, items) on up to nthreads threads: OpenMP when compiled with it (the
-// loader tries -fopenmp first; the library then shares torch's libgomp, loaded under the same
-// name, so its worker threads are torch's and nothing is oversubscribed), else std::thread.
-// No threads for small calls (a decoder step).
-template <typename F>
-void parallel(int64_t items, int nthreads, int64_t work_per_item, F&& fn) {
-  int64_t useful = std::max<int64_t>(1, items * work_per_item / (1 << 18));
-  int n = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(std::max(1, nthreads)), items,
-                                              useful}));
-  if (n <= 1) {
-    fn(int64_t(0), items);
-    return;
-  }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(n)
-  {
-    const int64_t p = omp_get_thread_num(), count = omp_get_num_threads();
-    fn(items * p / count, items * (p + 1) / count);
-  }
-#else
-  std::vector<std::thread> pool;
-  pool.reserve(n - 1);
-  for (int p = 1; p < n; ++p)
-    pool.emplace_back([&, p] { fn(items * p / n, items * (p + 1) / n); });
-  fn(int64_t(0), items / n);
-  for (auto& th : pool) th.join();
-#endif
-}
+// work per thread at least (units of parallel(): element operations)
+constexpr int64_t kGrain = 1 << 18;
 
 // -- forward: D = sum_t |q_it - k_jt| (and q.k) ---------------------------------------------
 constexpr int IT = 4;  // query rows per tile
@@ -233,7 +157,7 @@ void l1_forward(const T* q, const T* k, T* out, T* dot, const T* a, const T* b, 
   const int64_t jtiles = (lk + JT - 1) / JT;
   // work items: (matrix, tile of keys), the tile's keys transposed into a (d, JT) buffer that
   // stays in L1 while every row of q passes over it
-  parallel(n * jtiles, nthreads, IT * itiles * JT * (d + (a ? d2 : 0)),
+  parallel(n * jtiles, nthreads, IT * itiles * JT * (d + (a ? d2 : 0)), kGrain,
            [&](int64_t begin, int64_t end) {
     std::vector<T> kbuf(d * JT), bbuf(a ? d2 * JT : 0), xbuf(IT * std::max(d, d2));
     std::vector<T> obuf(IT * JT), obuf2(IT * JT);
@@ -281,7 +205,7 @@ __attribute__((always_inline)) inline typename Vec<T>::V signed_weight(typename 
   }
 #else
   const I sign = I{} + Vec<T>::kSign;
-  const V s = (V)(((I)x & sign) ^ (I)splat<V>(w));
+  const V s = (V)(((I)x & sign) ^ (I)splat<T>(w));
   return x != V{} ? s : V{};
 #endif
 }
@@ -313,7 +237,7 @@ __attribute__((always_inline)) inline void grad_tile(const T* __restrict q, int6
 #pragma GCC unroll 16
     for (int ii = 0; ii < GI; ++ii) {
       const T wij = w[ii * ldw + j];
-      const V ev = E ? splat<V>(e[ii * ldw + j]) : V{};
+      const V ev = E ? splat<T>(e[ii * ldw + j]) : V{};
 #pragma GCC unroll 16
       for (int tv = 0; tv < TV; ++tv) {
         const V z = signed_weight<T>(qv[ii][tv] - kv[tv], wij);
@@ -356,7 +280,7 @@ void l1_grads(const T* w, const T* e, const T* q, const T* k, T* gq, T* gk, int6
   int64_t chunks = 1;
   if (n < nthreads) chunks = std::min<int64_t>((nthreads + n - 1) / n, (lk + 63) / 64);
   std::vector<T> parts(chunks > 1 ? n * chunks * r * d : 0, T(0));
-  parallel(n * chunks, nthreads, r * lk * d / chunks, [&](int64_t begin, int64_t end) {
+  parallel(n * chunks, nthreads, r * lk * d / chunks, kGrain, [&](int64_t begin, int64_t end) {
     std::vector<T> qbuf(GI * dp), gqbuf(GI * dp), wbuf(GI * GJ), ebuf(E ? GI * GJ : 0);
     std::vector<T> kbuf(padded ? lk * dp : 0), gkbuf(padded ? lk * dp : 0);
     for (int64_t item = begin; item < end; ++item) {

@@ -5,8 +5,9 @@ Each file has a plain C interface and includes no torch header, so it is compile
 with the C++ compiler (``$CXX`` or ``c++``; a second or two; no ninja, no Python headers) into
 torch's extension cache (``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions/<py>_cpu``,
 folder ``attnrepro_<name>``) and loaded with :mod:`ctypes` (which releases the GIL during
-the calls).  The library's name carries a hash of the source, the flags and the compiler, so
-an edit rebuilds it, and a shared cache holds one build per CPU capability.
+the calls).  The library's name carries a hash of the source, the headers beside it
+(:file:`attention/_simd.h`: vectors and threads, shared by both), the flags and the compiler,
+so an edit rebuilds it, and a shared cache holds one build per CPU capability.
 
 Instruction set: no ``-march=native``.  The flags follow torch's own run-time CPU detection,
 :func:`torch.backends.cpu.get_cpu_capability`: ``AVX512`` builds with ``-mavx512f -mavx512bw
@@ -98,8 +99,9 @@ class NativeLibrary:
     def library_path(self, cxx: str, flags: list[str]) -> Path:
         version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
                                  check=True).stdout
-        key = hashlib.sha256("\0".join([self.source.read_text(), " ".join(flags), version,
-                                        platform.machine()]).encode()).hexdigest()[:16]
+        headers = [h.read_text() for h in sorted(self.source.parent.glob("_*.h"))]
+        key = hashlib.sha256("\0".join([self.source.read_text(), *headers, " ".join(flags),
+                                        version, platform.machine()]).encode()).hexdigest()[:16]
         return self.cache_dir() / f"{self.name}_{key}.so"
 
     def build(self, openmp: bool = True, isa: bool = True) -> Path:

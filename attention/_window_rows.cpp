@@ -41,60 +41,12 @@
 // Threads: OpenMP when built with it (sharing torch's libgomp), else std::thread; rows are
 // split over nthreads (torch.get_num_threads()).
 
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
 #include <limits>
-#include <thread>
 #include <utility>
-#include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-#if defined(__AVX512F__)
-#define VBYTES 64
-#elif defined(__AVX__)
-#define VBYTES 32
-#else
-#define VBYTES 16
-#endif
+#include "_simd.h"
 
 namespace {
-
-template <typename T>
-struct Vec;
-
-template <>
-struct Vec<float> {
-  typedef float V __attribute__((vector_size(VBYTES)));
-  typedef int32_t S;  // the integer lane type
-  typedef int32_t I __attribute__((vector_size(VBYTES)));
-  typedef uint8_t M __attribute__((vector_size(VBYTES / 4)));  // one mask byte per lane
-  static constexpr int W = VBYTES / 4;
-};
-
-template <>
-struct Vec<double> {
-  typedef double V __attribute__((vector_size(VBYTES)));
-  typedef int64_t S;
-  typedef int64_t I __attribute__((vector_size(VBYTES)));
-  typedef uint8_t M __attribute__((vector_size(VBYTES / 8)));
-  static constexpr int W = VBYTES / 8;
-};
-
-template <typename V>
-__attribute__((always_inline)) inline V load(const void* p) {
-  V v;
-  std::memcpy(&v, p, sizeof(V));
-  return v;
-}
-
-template <typename V>
-__attribute__((always_inline)) inline void store(void* p, V v) {
-  std::memcpy(p, &v, sizeof(V));
-}
 
 // The first n (1..W) lanes from p, the others 0; and their store.
 template <typename T>
@@ -112,11 +64,6 @@ __attribute__((always_inline)) inline void store_n(T* p, typename Vec<T>::V v, i
     store(p, v);
   else
     std::memcpy(p, &v, n * sizeof(T));
-}
-
-template <typename T>
-__attribute__((always_inline)) inline typename Vec<T>::V splat(T s) {
-  return s - typename Vec<T>::V{};
 }
 
 // Constant index vectors (built at compile time: filled lane by lane at run time they cost a
@@ -276,35 +223,6 @@ struct Exp<double> {
   }
 };
 
-// -- threads ------------------------------------------------------------------------------
-// fn(begin, end) over [0, items) on up to nthreads threads: OpenMP when compiled with it (the
-// library then shares torch's libgomp and so its threads), else std::thread; one thread per
-// 2^16 units of work at most (kWorkPerKey per key of a forward row), so none for small calls
-// (a decoder step's rows: a parallel region costs microseconds).
-template <typename F>
-void parallel(int64_t items, int nthreads, int64_t work_per_item, F&& fn) {
-  int64_t useful = std::max<int64_t>(1, items * work_per_item / (1 << 16));
-  int n = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(std::max(1, nthreads)), items,
-                                              useful}));
-  if (n <= 1) {
-    fn(int64_t(0), items);
-    return;
-  }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(n)
-  {
-    const int64_t p = omp_get_thread_num(), count = omp_get_num_threads();
-    fn(items * p / count, items * (p + 1) / count);
-  }
-#else
-  std::vector<std::thread> pool;
-  pool.reserve(n - 1);
-  for (int p = 1; p < n; ++p)
-    pool.emplace_back([&, p] { fn(items * p / n, items * (p + 1) / n); });
-  fn(int64_t(0), items / n);
-  for (auto& th : pool) th.join();
-#endif
-}
 
 // -- arguments --------------------------------------------------------------------------------
 struct Arg {
@@ -588,14 +506,16 @@ void zero_row(T* p, int64_t lk) {
 }
 
 // the work per key of a forward row, in the units of parallel() (the backward does about twice
-// as much): 2^16 units are then some 1000 keys, a few microseconds of one core
+// as much), and the least work worth a thread: 2^16 units are some 1000 keys, a few
+// microseconds of one core
 constexpr int64_t kWorkPerKey = 64;
+constexpr int64_t kGrain = 1 << 16;
 
 template <typename T, bool Segments>
 void rows_forward(const Arg* args, const int64_t* start, const int64_t* end, int64_t n,
                   int64_t r, int64_t lk, int nthreads) {
   const bool aw = args[SC].data != nullptr;
-  parallel(n * r, nthreads, lk * kWorkPerKey, [&](int64_t begin, int64_t stop) {
+  parallel(n * r, nthreads, lk * kWorkPerKey, kGrain, [&](int64_t begin, int64_t stop) {
     Row<T, Segments> row(lk, start, end);
     for (int64_t item = begin; item < stop; ++item) {
       const int64_t i = item / r, q = item % r;
@@ -618,7 +538,7 @@ template <typename T, bool Segments>
 void rows_backward(const Arg* args, const int64_t* start, const int64_t* end, int64_t n,
                    int64_t r, int64_t lk, int nthreads) {
   const bool aw = args[SC].data != nullptr;
-  parallel(n * r, nthreads, 2 * lk * kWorkPerKey, [&](int64_t begin, int64_t stop) {
+  parallel(n * r, nthreads, 2 * lk * kWorkPerKey, kGrain, [&](int64_t begin, int64_t stop) {
     Row<T, Segments> row(lk, start, end);
     for (int64_t item = begin; item < stop; ++item) {
       const int64_t i = item / r, q = item % r;

@@ -112,3 +112,21 @@ def last_values(path: Path) -> dict[str, float]:
 def read_jsonl(path: Path) -> list[dict]:
     """The records of a JSON Lines file (a run's predictions-test.jsonl)."""
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
+def break_native_library(monkeypatch, tmp_path: Path, library) -> None:
+    """Point ``library`` (an attention._native.NativeLibrary) at a source that does not
+    compile, in an empty cache, with compiling on: its next use warns once and its callers
+    take their fallback (as a machine without a working compiler would)."""
+    from attention import _compiled, _native
+
+    if _native.compiler() is None:
+        pytest.skip("no C++ compiler")
+    broken = tmp_path / "broken.cpp"
+    broken.write_text("this is not C++\n")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(library, "source", broken)
+    monkeypatch.setattr(library, "_library", None)
+    monkeypatch.setattr(library, "_failed", False)
+    monkeypatch.setattr(library, "enabled", True)
+    monkeypatch.setattr(_compiled, "COMPILE", True)

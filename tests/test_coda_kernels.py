@@ -15,9 +15,11 @@ import torch
 from attention.functional import coda as coda_fn
 from attention.functional import l1_distance
 from attention.masking import causal_mask
+from tests.conftest import break_native_library
 from tests.test_coda import compare
 
 ext = importlib.import_module("attention._coda_l1_ext")
+
 native_lib = importlib.import_module("attention._native")
 kernels = importlib.import_module("attention._coda_kernels")
 compiled = importlib.import_module("attention._compiled")
@@ -264,16 +266,7 @@ def test_isa_flags_follow_torchs_cpu_capability(monkeypatch):
 def test_a_failing_build_falls_back_with_one_warning(monkeypatch, tmp_path):
     """A source that does not compile (as a missing compiler would): one warning, then the
     plain path, still exact."""
-    if native_lib.compiler() is None:
-        pytest.skip("no C++ compiler")
-    broken = tmp_path / "broken.cpp"
-    broken.write_text("this is not C++\n")
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(ext.LIBRARY, "source", broken)
-    monkeypatch.setattr(ext.LIBRARY, "_library", None)
-    monkeypatch.setattr(ext.LIBRARY, "_failed", False)
-    monkeypatch.setattr(ext.LIBRARY, "enabled", True)
-    monkeypatch.setattr(compiled, "COMPILE", True)
+    break_native_library(monkeypatch, tmp_path, ext.LIBRARY)
     monkeypatch.setattr(impl, "_OPS", kernels.BlockOps(impl._factors, impl._forward_block,
                                                        impl._backward_block))
     # the compiled L1 kernels off as well: torch.cdist runs, no torch.compile time

@@ -17,10 +17,12 @@ import pytest
 import torch
 
 from attention.window import window
+from tests.conftest import break_native_library
 
 kernels = importlib.import_module("attention._window_kernels")
 compiled = importlib.import_module("attention._compiled")
 rows_ext = importlib.import_module("attention._window_rows_ext")
+
 native_lib = importlib.import_module("attention._native")
 
 B, H, D_MODEL = 3, 2, 8
@@ -565,16 +567,7 @@ def test_the_window_library_is_built_and_cached_apart(native, monkeypatch, tmp_p
 def test_a_failing_window_build_falls_back_with_one_warning(monkeypatch, tmp_path):
     """A source that does not compile: one warning, then the expressions (still equal to the
     plain path), and CoDA's library is not affected."""
-    if native_lib.compiler() is None:
-        pytest.skip("no C++ compiler")
-    broken = tmp_path / "broken.cpp"
-    broken.write_text("this is not C++\n")
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(rows_ext.LIBRARY, "source", broken)
-    monkeypatch.setattr(rows_ext.LIBRARY, "_library", None)
-    monkeypatch.setattr(rows_ext.LIBRARY, "_failed", False)
-    monkeypatch.setattr(rows_ext.LIBRARY, "enabled", True)
-    monkeypatch.setattr(compiled, "COMPILE", True)  # (small tiles: the expressions run eagerly)
+    break_native_library(monkeypatch, tmp_path, rows_ext.LIBRARY)  # small tiles run eagerly
     core = make(dict(segment_size=2))
     tensors, key_mask = inputs(7, 7, torch.float64)
     with pytest.warns(UserWarning, match="building the window's C\\+\\+ row kernels failed") as rec:
