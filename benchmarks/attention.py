@@ -43,7 +43,7 @@ alone, unless the boundary scorings are stored (64 MiB per L x L score matrix of
 heads at L=512, beyond the 3x memory goal).  The element-wise work (two boundary softmaxes,
 their cumulative sums, Eq. 9-11 and their derivatives) was as much time again with
 torch.compile'd expressions; in the C++ row kernels (attention/_window_rows.cpp) it is
-10-15% of the window's time (results/window_kernels_cpp.md: MW 2.7x-3.2x, AW 3.9x-4.4x SDPA's
+10-15% of the window's time (results/window_kernels_cpp.md: MW 2.1x-3.2x, AW 3.7x-4.5x SDPA's
 time at L=512 over this machine's runs).
 
 Method.  Each case runs in a fresh Python subprocess (``--isolate``, the default; ``--quick``
