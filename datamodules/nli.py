@@ -516,7 +516,7 @@ class NLIDataModule(L.LightningDataModule):
             ensure(self._release(), self.data_dir,
                    [self.data_dir / self.archive_folder / self.files[s] for s in absent],
                    url=self.url, strict=False)
-            still = sorted({str(self.path(s)) for s in absent if not self.path(s).exists()})
+            still = sorted({str(p) for p in map(self.path, absent) if not p.exists()})
             if still:  # files the release does not hold (a sample, a file of one's own)
                 inside = (f" (nor under {self.data_dir / self.archive_folder})"
                           if self.archive_folder else "")

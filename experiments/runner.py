@@ -559,10 +559,9 @@ def wandb_host() -> str:
         import wandb
 
         settings = wandb.Settings(quiet=True)  # W&B's own start prints the files it reads
-        settings.update_from_env_vars(dict(os.environ))
-        if settings.settings_system is None:  # wandb.setup() sets it; not started here
-            config = os.environ.get("WANDB_CONFIG_DIR") or Path.home() / ".config" / "wandb"
-            settings.settings_system = str(Path(config) / "settings")
+        # the settings file as wandb.setup() finds it (not started here: it spawns a service)
+        config = Path(os.environ.get("WANDB_CONFIG_DIR") or "~/.config/wandb").expanduser()
+        settings.settings_system = str(config / "settings")
         settings.update_from_system_settings()
         settings.update_from_env_vars(dict(os.environ))  # the variables win over the files
         return str(settings.base_url)
@@ -765,18 +764,17 @@ def compact_error(message: str, experiment: Experiment, argv: list[str] = ()) ->
         if holders:
             message += f" (the key {unknown.group(1)!r} of {', '.join(holders)})"
     choices = re.findall(r"Expected a typing\.Literal\[([^\]]*)\]", message)
-    given = re.search(r"(?:Given|Got) value: (.*)", message)
-    if choices and given:
-        keys = re.findall(r'(?:Parser key|Key) "([\w.]+)"', message)
-        flag = "--" + ".".join(keys) if keys else "an option"
-        names = ", ".join(c.strip().strip("'") for c in choices[0].split(","))
-        return f"{flag}: {given.group(1).strip()!r} is not one of {names}"
     types = re.findall(r"Expected a <class '(\w+)'>", message)
-    if types and given:  # a value of the wrong type: the flag, the value and the types taken
+    given = re.search(r"(?:Given|Got) value: (.*)", message)
+    if given and (choices or types):  # the flag, the value, and the choices or types taken
         keys = re.findall(r'(?:Parser key|Key) "([\w.]+)"', message)
         flag = "--" + ".".join(keys) if keys else "an option"
+        value = given.group(1).strip()
+        if choices:
+            names = ", ".join(c.strip().strip("'") for c in choices[0].split(","))
+            return f"{flag}: {value!r} is not one of {names}"
         taken = [_TYPE_NAMES.get(t, t) for t in dict.fromkeys(types)]
-        return f"{flag}: expected {' or '.join(taken)}, got {given.group(1).strip()!r}"
+        return f"{flag}: expected {' or '.join(taken)}, got {value!r}"
     missing = re.search(r'Parser key "config": File does not exist: (.*)', message)
     if missing:
         return (f"--config: no such file {missing.group(1).strip()}; the configs of "
