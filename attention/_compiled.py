@@ -20,6 +20,16 @@ from torch import Tensor
 COMPILE = os.environ.get("ATTNREPRO_COMPILE", "1") != "0"
 
 
+#: inductor options of every block kernel.  ``cpp.dynamic_threads``: the generated loops are
+#: always split over OpenMP's threads at run time.  Without it inductor writes a serial loop
+#: nest when the shapes it compiles with are small (its size hints: dynamic=True compiles once
+#: for all sizes), and its on-disk cache serves that serial kernel to every later process with
+#: the same thread count whatever its sizes.  Measured: after ``python -m benchmarks.attention
+#: --quick`` (d=8, L=8-16) had filled the cache, CoDA's forward + backward at L=512 took 248 ms
+#: (2.27x SDPA) instead of about 200 ms, its two compiled kernels twice as long.
+OPTIONS = {"cpp.dynamic_threads": True}
+
+
 class Compiled:
     """``fn`` compiled by ``torch.compile(dynamic=True)`` on first use.  If compiling fails
     (no C++ compiler, an unsupported device) it warns once and runs ``fn`` eagerly."""
@@ -37,7 +47,7 @@ class Compiled:
         try:
             if self._compiled is None:
                 _cache_per_capability()
-                self._compiled = torch.compile(self.fn, dynamic=True)
+                self._compiled = torch.compile(self.fn, dynamic=True, options=OPTIONS)
             return self._compiled(*args)
         except Exception as err:
             if not isinstance(err, _compile_errors()):
