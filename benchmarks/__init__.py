@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 def choose(parser: argparse.ArgumentParser, flag: str, value: str, choices: Iterable[str],
@@ -16,3 +16,23 @@ def choose(parser: argparse.ArgumentParser, flag: str, value: str, choices: Iter
         parser.error(f"{flag} must include {baseline!r} (the baseline) and only {choices}; "
                      f"got {names}")
     return names
+
+
+def paired_ratio(base: Sequence[float], times: Sequence[float], resamples: int = 2000,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """sum(times) / sum(base) and its 95% interval from ``resamples`` bootstrap resamples of
+    the pairs (base[i], times[i]), measured side by side (the same round or batch): a slow
+    phase of the machine moves both members of a pair, so the interval holds the ratio's
+    noise, not the machine's."""
+    import torch
+
+    if len(base) != len(times) or not base:
+        raise ValueError(f"paired_ratio: {len(base)} baseline and {len(times)} times; "
+                         "expected the same number, at least one")
+    b = torch.tensor(list(base), dtype=torch.float64)
+    t = torch.tensor(list(times), dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    picks = torch.randint(len(b), (resamples, len(b)), generator=gen)
+    ratios = t[picks].sum(1) / b[picks].sum(1)
+    low, high = torch.quantile(ratios, torch.tensor([0.025, 0.975], dtype=torch.float64))
+    return float(t.sum() / b.sum()), float(low), float(high)

@@ -5,10 +5,11 @@
     python -m benchmarks.attention --quick --mechanisms softmax,coda --json   # smoke test
 
 Options: --lengths, --mechanisms, --contexts, --threads, --warmup, --repeats, --wait-quiet,
---timeout, --quick (tiny sizes, one repeat, in-process), --markdown PATH.  Each JSON row has
-mechanism, context, B, H, L, d (and T), baseline, fwd_bwd_ms, fwd_ms, peak_mb, alloc_peak_mb,
-ratio_time_vs_softmax, ratio_mem_vs_softmax, ratio_alloc_vs_softmax (the ratios are against
-``baseline``) and others_cpu; a case that failed has ``error`` instead of the numbers.
+--timeout, --interleave ROUNDS, --quick (tiny sizes, one repeat, in-process), --markdown
+PATH.  Each JSON row has mechanism, context, B, H, L, d (and T), baseline, fwd_bwd_ms, fwd_ms,
+peak_mb, alloc_peak_mb, ratio_time_vs_softmax, ratio_mem_vs_softmax, ratio_alloc_vs_softmax
+(the ratios are against ``baseline``; interleaved also ratio_low, ratio_high, rounds) and
+others_cpu; a case that failed has ``error`` instead of the numbers.
 
 Cases (no padding, default options of each mechanism and the VARIANTS beside them, e.g.
 ``density:scheme=aqt`` in the decoder contexts; float32):
@@ -64,6 +65,14 @@ results, and each row's ``others_cpu`` is the fraction of the machine's CPU time
 processes used while it was measured; before each case the harness waits (``--wait-quiet``,
 up to 60 s) for a second in which they leave ``--threads`` cores idle: timings of a shared
 machine are only as good as its quiet.
+
+``--interleave ROUNDS``: the cases of a group (one context and size: the baseline and the
+mechanisms) run in one process and take turns, each case's forward + backward once per
+round in a new random order, ROUNDS rounds after ``--warmup``; ``fwd_bwd_ms`` is the median,
+the time ratio is the summed times' ratio with a 95% interval from 2,000 bootstrap resamples
+of the paired rounds (``ratio_low``, ``ratio_high``).  Between separate runs this machine's
+SDPA time moved 108-134 ms at L=512 even when quiet; a slow phase now falls on every case
+of the round.  Only the tensor memory (``alloc_peak_mb``) is measured in this mode.
 """
 
 from __future__ import annotations
@@ -273,6 +282,44 @@ def measure_isolated(case: dict, warmup: int, repeats: int, threads: int,
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def interleaved(group: list[dict], warmup: int, rounds: int, threads: int) -> list[dict]:
+    """The cases of one group (its baseline first) in this process, taking turns: ``rounds``
+    times each case's forward + backward once, in a new random order each round, so that a
+    slow phase of the machine falls on all of them; each ratio to the baseline with a 95%
+    interval from the paired rounds (:func:`benchmarks.paired_ratio`).  Then each case's
+    ``alloc_peak_mb`` (``peak_mb`` needs a fresh process: None here)."""
+    import random
+
+    from benchmarks import paired_ratio
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    runners = [_case_runner(case)[0] for case in group]
+    for _ in range(warmup):
+        for fn in runners:
+            fn()
+    times: list[list[float]] = [[] for _ in group]
+    order = random.Random(0)
+    for _ in range(rounds):
+        turn = list(range(len(group)))
+        order.shuffle(turn)
+        for i in turn:
+            start = time.perf_counter()
+            runners[i]()
+            times[i].append(time.perf_counter() - start)
+    rows = []
+    for case, fn, t in zip(group, runners, times, strict=True):
+        ratio, low, high = paired_ratio(times[0], t)
+        rows.append({**case, "fwd_bwd_ms": 1000 * statistics.median(t), "fwd_ms": None,
+                     "peak_mb": None, "alloc_peak_mb": _peak_alloc_mb(fn), "rounds": rounds,
+                     "ratio_time_vs_softmax": ratio, "ratio_low": low, "ratio_high": high})
+    base = rows[0]["alloc_peak_mb"]
+    for row in rows:
+        row["ratio_mem_vs_softmax"] = None
+        row["ratio_alloc_vs_softmax"] = _ratio(row["alloc_peak_mb"], base)
+    return rows
+
+
 # -- the grid -------------------------------------------------------------------------------
 def cases(mechanisms: list[str], lengths: tuple[int, ...], sizes: dict,
           contexts: tuple[str, ...] = CONTEXT_ORDER) -> Iterator[dict]:
@@ -319,6 +366,26 @@ def run(mechanisms: list[str], lengths: tuple[int, ...], sizes: dict, *, isolate
         row["ratio_alloc_vs_softmax"] = _ratio(row.get("alloc_peak_mb"),
                                                base.get("alloc_peak_mb"))
         yield row
+
+
+def run_interleaved(mechanisms: list[str], lengths: tuple[int, ...], sizes: dict, *,
+                    warmup: int, rounds: int, threads: int,
+                    contexts: tuple[str, ...] = CONTEXT_ORDER,
+                    wait_quiet: float = 0.0) -> Iterator[dict]:
+    """:func:`interleaved` over each group of cases (a context and size: its baseline and
+    mechanisms), in this process."""
+    groups: dict[tuple, list[dict]] = {}
+    for case in cases(mechanisms, lengths, sizes, contexts):
+        key = (case["context"], case["B"], case["H"], case["L"], case["d"])
+        groups.setdefault(key, []).append(case)
+    for group in groups.values():
+        if wait_quiet > 0:
+            _wait_quiet(wait_quiet, threads)
+        with _OtherLoad(False) as load:
+            rows = interleaved(group, warmup, rounds, threads)
+        for row in rows:
+            row["others_cpu"] = load.fraction
+            yield row
 
 
 def _cpu_jiffies() -> tuple[int, int] | None:
@@ -432,10 +499,18 @@ def markdown(rows: list[dict], command: str, threads: int, load: tuple[str, str]
             lines.append(" | ".join([
                 f"| {r['mechanism']}", str(r["L"]), _fmt(r["fwd_bwd_ms"]), _fmt(r["fwd_ms"]),
                 _fmt(r["peak_mb"]), _fmt(r.get("alloc_peak_mb")),
-                _fmt(r["ratio_time_vs_softmax"], 2), _fmt(r["ratio_mem_vs_softmax"], 2),
+                _time_ratio(r), _fmt(r["ratio_mem_vs_softmax"], 2),
                 _fmt(r.get("ratio_alloc_vs_softmax"), 2), _pct(r.get("others_cpu"))]) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _time_ratio(row: dict) -> str:
+    """The time ratio, with its 95% interval when the cases were interleaved."""
+    text = _fmt(row["ratio_time_vs_softmax"], 2)
+    if row.get("ratio_low") is not None:
+        text += f" [{row['ratio_low']:.2f}, {row['ratio_high']:.2f}]"
+    return text
 
 
 def _load() -> str:
@@ -480,6 +555,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="print torch.profiler's top operators (self CPU time) of each "
                              "case's forward + backward instead of timing it (in-process)")
+    parser.add_argument("--interleave", type=int, metavar="ROUNDS",
+                        help="time each group's cases (a length's baseline and mechanisms) in "
+                             "one process, taking turns ROUNDS times, and give each time ratio "
+                             "a paired 95%% interval; tensor memory only (no resident set)")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: measure one JSON case
     args = parser.parse_args(argv)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
@@ -510,11 +589,18 @@ def main(argv: list[str] | None = None) -> int:
             print(profile(case, warmup, repeats, args.threads), flush=True)
         return 0
     isolate = (not args.quick) if args.isolate is None else args.isolate
+    wait_quiet = args.wait_quiet if args.wait_quiet is not None else (0.0 if args.quick
+                                                                      else 60.0)
+    if args.interleave is not None and args.interleave < 1:
+        parser.error(f"--interleave expects a number of rounds >= 1, got {args.interleave}")
     rows, load_before = [], _load()
-    for row in run(names, lengths, sizes, isolate=isolate, warmup=warmup, repeats=repeats,
-                   threads=args.threads, contexts=contexts, timeout=args.timeout,
-                   wait_quiet=args.wait_quiet if args.wait_quiet is not None
-                   else (0.0 if args.quick else 60.0)):
+    measured = (run(names, lengths, sizes, isolate=isolate, warmup=warmup, repeats=repeats,
+                    threads=args.threads, contexts=contexts, timeout=args.timeout,
+                    wait_quiet=wait_quiet) if args.interleave is None
+                else run_interleaved(names, lengths, sizes, warmup=warmup,
+                                     rounds=args.interleave, threads=args.threads,
+                                     contexts=contexts, wait_quiet=wait_quiet))
+    for row in measured:
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
@@ -522,8 +608,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['mechanism']:>10} {row['context']:>12} L={row['L']:<5} "
                   + (f"failed: {row['error']}" if "error" in row else
                      f"{_fmt(row['fwd_bwd_ms'])} ms  {_fmt(row['peak_mb'])} MB  "
-                     f"x{_fmt(row['ratio_time_vs_softmax'], 2)} time  "
-                     f"x{_fmt(row['ratio_mem_vs_softmax'], 2)} memory"), flush=True)
+                     f"x{_time_ratio(row)} time  "
+                     f"x{_fmt(row['ratio_mem_vs_softmax'], 2)} memory  "
+                     f"x{_fmt(row.get('ratio_alloc_vs_softmax'), 2)} tensor memory"),
+                  flush=True)
     if args.markdown:
         command = "python -m benchmarks.attention " + " ".join(argv if argv is not None
                                                                 else sys.argv[1:])

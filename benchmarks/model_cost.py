@@ -32,7 +32,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from benchmarks import choose
+from benchmarks import choose, paired_ratio
 from datamodules.sst import SSTDataModule
 from lit_models.transformer import TransformerClassifier
 
@@ -115,18 +115,13 @@ def measure(names: list[str], batches: list[dict], vocab_size: int, rounds: int,
 def summarise(times: dict[str, list[float]], baseline: str = "softmax",
               resamples: int = 2000) -> list[dict]:
     """Steps/s, its ratio to the baseline's and a paired bootstrap 95% interval."""
-    base = torch.tensor(times[baseline], dtype=torch.float64)
-    gen = torch.Generator().manual_seed(0)
-    picks = torch.randint(len(base), (resamples, len(base)), generator=gen)
     rows = []
     for name, values in times.items():
-        t = torch.tensor(values, dtype=torch.float64)
-        ratios = base[picks].sum(1) / t[picks].sum(1)  # (steps/s) / (baseline steps/s)
-        low, high = torch.quantile(ratios, torch.tensor([0.025, 0.975], dtype=torch.float64))
+        # steps/s ratio = baseline time / this time: the inverse of paired_ratio's
+        ratio, low, high = paired_ratio(values, times[baseline], resamples)
         rows.append({"mechanism": name, "steps": len(values),
-                     "steps_per_s": len(values) / float(t.sum()),
-                     "ratio_vs_softmax": float(base.sum() / t.sum()),
-                     "ratio_low": float(low), "ratio_high": float(high)})
+                     "steps_per_s": len(values) / sum(values),
+                     "ratio_vs_softmax": ratio, "ratio_low": low, "ratio_high": high})
     return rows
 
 

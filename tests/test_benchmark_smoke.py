@@ -143,3 +143,42 @@ def test_profile_names_the_operators_of_each_case():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "== softmax multihead L=8" in proc.stdout and "== coda multihead L=8" in proc.stdout
     assert "Self CPU" in proc.stdout and "aten::" in proc.stdout
+
+
+def test_interleaved_cases_take_turns_and_give_paired_intervals(tmp_path):
+    """--interleave: each length's cases in one process, a time ratio with its 95% interval
+    around it, the baseline exactly 1, tensor memory ratios; the markdown shows the
+    interval."""
+    report = tmp_path / "README.md"
+    proc = run_harness("--quick", "--json", "--mechanisms", "softmax,coda,window",
+                       "--contexts", "multihead", "--interleave", "3", "--markdown",
+                       str(report))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    names = {"softmax", "coda", "window", "window:variant=mw"}
+    assert {(r["mechanism"], r["L"]) for r in rows} == {(n, L) for n in names for L in (8, 16)}
+    for row in rows:
+        assert row["rounds"] == 3 and row["fwd_bwd_ms"] > 0 and row["peak_mb"] is None
+        assert row["ratio_low"] <= row["ratio_time_vs_softmax"] <= row["ratio_high"]
+        assert row["alloc_peak_mb"] > 0 and row["ratio_alloc_vs_softmax"] > 0
+        if row["mechanism"] == "softmax":
+            assert row["ratio_time_vs_softmax"] == row["ratio_low"] == row["ratio_high"] == 1.0
+            assert row["ratio_alloc_vs_softmax"] == 1.0
+    coda = next(r for r in rows if r["mechanism"] == "coda")
+    assert f"[{coda['ratio_low']:.2f}, {coda['ratio_high']:.2f}]" in report.read_text()
+    bad = run_harness("--quick", "--interleave", "0")
+    assert bad.returncode == 2 and "--interleave expects a number of rounds >= 1" in bad.stderr
+
+
+def test_paired_ratio_on_closed_form_cases():
+    """Twice the baseline on every pair: 2 exactly, interval [2, 2]; the same times: 1;
+    unpaired lengths refused in one line."""
+    from benchmarks import paired_ratio
+
+    base = [0.1, 0.3, 0.2, 0.5, 0.4]
+    assert paired_ratio(base, [2 * b for b in base]) == pytest.approx((2.0, 2.0, 2.0))
+    assert paired_ratio(base, base) == pytest.approx((1.0, 1.0, 1.0))
+    ratio, low, high = paired_ratio(base, [b + 0.1 for b in base])
+    assert ratio == pytest.approx(2.0 / 1.5) and low < ratio < high
+    with pytest.raises(ValueError, match="5 baseline and 4 times"):
+        paired_ratio(base, base[:4])
