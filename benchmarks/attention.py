@@ -32,20 +32,22 @@ dV, dQ, dK).  CoDA: its L1 term has no matrix-product form, but d subtractions, 
 values and adds per (i, j) run in SIMD vectors beside q.k's multiply-adds in the same pass
 over the keys, so it costs about one more unit where it is computed (forward, the
 recomputing backward and the gradient pass), not a "2-3x floor" of three passes that no
-matrix product can do (measured: 1.22x SDPA's time at L=512, results/attention_kernels.md).
+matrix product can do (measured: 1.22x SDPA's time at L=512 in results/attention_kernels.md's
+run, 1.69x on the machine of results/attention_interleaved.md).
 The differentiable window (Eq. 7-11) needs, per head, the scores q k^T, the two boundary
 scorings (q W_l) k^T and (q W_r) k^T and the output M v (4 units forward), AW also its
 local scores (5 units); a backward that recomputes the score matrices instead of storing
 them (3-4 units, what keeps memory within a few L x L tiles) and two units per score matrix
 plus two for M v (8-10 units): 15 units for MW and 19 for AW, and AW's projections of the
-input for its local scores add 6 more at d_model = H d = 512.  So MW's products alone are
-about 2.1x SDPA's and AW's about 3.6x: the 3x time goal is below AW's floor by products
-alone, unless the boundary scorings are stored (64 MiB per L x L score matrix of B H = 64
-heads at L=512, beyond the 3x memory goal).  The element-wise work (two boundary softmaxes,
-their cumulative sums, Eq. 9-11 and their derivatives) was as much time again with
-torch.compile'd expressions; in the C++ row kernels (attention/_window_rows.cpp) it is
-10-15% of the window's time (results/window_kernels_cpp.md: MW 2.1x-3.2x, AW 3.7x-4.5x SDPA's
-time at L=512 over this machine's runs).
+input for its local scores add 6 more at d_model = H d = 512.  Profiled at L=512
+(results/attention_interleaved.md): AW's products take 3.14x SDPA's whole step, MW's 1.93x,
+at about 143 GFLOP/s, near what two cores of this CPU can do; storing the four score matrices
+instead of recomputing them (64 MiB each at B H = 64, L=512: about 8x SDPA's tensor memory)
+would cut AW's products only to about 2.64x.  So the 3x time goal is out of AW's reach on
+this CPU with or without the memory goal; MW meets it at L=512 (2.52x, interleaved).  The
+element-wise work (two boundary softmaxes, their cumulative sums, Eq. 9-11 and their
+derivatives) was as much time again with torch.compile'd expressions; in the C++ row kernels
+(attention/_window_rows.cpp) it is about 0.4x SDPA's time (10% of AW's step, 15% of MW's).
 
 Method.  Each case runs in a fresh Python subprocess (``--isolate``, the default; ``--quick``
 measures in-process, where a case's malloc settings carry over to the next) with
