@@ -117,6 +117,46 @@ def test_model_cost_benchmark_interleaves_every_mechanism_against_softmax(shared
     assert bad.returncode != 0 and "--mechanisms must include 'softmax'" in bad.stderr
 
 
+def test_model_cost_cells_become_the_models_arguments():
+    """Each cell of dwin_mt's cost grid, as model_cost builds it: the mechanism and its
+    options per module, the layers, numbers as numbers; a malformed flag in one line."""
+    from benchmarks.model_cost import cell_arguments
+    from experiments.dwin_mt import COST_ROWS
+
+    assert cell_arguments(COST_ROWS["transformer"]) == {}
+    assert cell_arguments(COST_ROWS["coda"]) == {"attention": {"name": "coda"}}
+    assert cell_arguments(COST_ROWS["enc_mw"]) == {
+        "encoder_attention": {"name": "window", "variant": "mw"}, "attention_layers": 3}
+    assert cell_arguments(COST_ROWS["enc_aw-cr_aw_seg-dec_mw"]) == {
+        "encoder_attention": {"name": "window", "variant": "aw"},
+        "cross_attention": {"name": "window", "variant": "aw", "segment_size": 5},
+        "decoder_attention": {"name": "window", "variant": "mw"}, "attention_layers": 3}
+    with pytest.raises(ValueError, match="--model.NAME=VALUE"):
+        cell_arguments(["--trainer.max_steps=3"])
+
+
+def test_model_cost_times_the_translation_cells(shared):
+    """--model translation: the speed config's Transformer base on newstest2014 En-De
+    batches, the Transformer the baseline, the paper's window model with more parameters
+    (its boundary and local projections)."""
+    shared("wmt14_en_de")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.model_cost", "--model",
+                           "translation", "--json", "--rounds", "1", "--steps", "1", "--warmup",
+                           "0", "--threads", "1", "--mechanisms",
+                           "transformer,enc_aw-cr_aw_seg-dec_mw"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["mechanism"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert list(rows) == ["transformer", "enc_aw-cr_aw_seg-dec_mw"]
+    base, window = rows["transformer"], rows["enc_aw-cr_aw_seg-dec_mw"]
+    assert base["ratio_vs_softmax"] == 1.0 and window["steps"] == 1
+    assert window["parameters"] > base["parameters"] > 40_000_000
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.model_cost", "--model",
+                          "translation", "--mechanisms", "enc_aw"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "--mechanisms must include 'transformer'" in bad.stderr
+
+
 def test_decoding_benchmark_times_cached_against_full_decoding(tmp_path):
     """benchmarks.decoding on tiny sizes: greedy and beam 4, each cached and re-forwarded,
     ratios against cached greedy of the same run, the markdown section appended."""
