@@ -130,10 +130,10 @@ def cell_arguments(flags: list[str]) -> dict:
 
     kwargs: dict = {}
     for flag in flags:
-        key, _, text = flag.removeprefix("--model.").partition("=")
-        if not flag.startswith("--model.") or not _:
+        key, equals, text = flag.removeprefix("--model.").partition("=")
+        if not flag.startswith("--model.") or not equals:
             raise ValueError(f"model_cost: a cell flag must be --model.NAME=VALUE, got {flag!r}")
-        name, _, option = key.partition(".")
+        name, _dot, option = key.partition(".")
         if option:
             spec = kwargs.setdefault(name, {})
             if not isinstance(spec, dict):
