@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import json
 import random
 import time
@@ -68,17 +69,18 @@ def sst_batches(n: int, data_dir: str | None, batch_size: int) -> tuple[list[dic
                          train_phrases=True, lowercase=True, val_file="dev.txt",
                          test_file="dev.txt", tokenization="bpe", bpe_vocab_size=16384,
                          batch_size=batch_size, seed=0)
+    return first_batches(data, n, "SST"), data.vocab_size
+
+
+def first_batches(data, n: int, what: str) -> list[dict]:
+    """The first ``n`` batches of a DataModule's training loader (prepared and set up)."""
     data.prepare_data()
     data.setup("fit")
-    batches = []
-    for batch in data.train_dataloader():
-        batches.append(batch)
-        if len(batches) == n:
-            break
+    batches = list(itertools.islice(data.train_dataloader(), n))
     if len(batches) < n:
-        raise SystemExit(f"model_cost: the SST training set has only {len(batches)} batches "
-                         f"of {batch_size}, asked for {n}")
-    return batches, data.vocab_size
+        raise SystemExit(f"model_cost: the {what} training set has only {len(batches)} "
+                         f"batches, asked for {n}")
+    return batches
 
 
 class Trainee:
@@ -160,16 +162,7 @@ def translation_batches(n: int, data_dir: str | None) -> tuple[list[dict], dict,
     module, _, cls = data_config["class_path"].rpartition(".")
     data = getattr(importlib.import_module(module), cls)(
         **{**data_config["init_args"], "data_dir": data_dir, "seed": 0})
-    data.prepare_data()
-    data.setup("fit")
-    batches = []
-    for batch in data.train_dataloader():
-        batches.append(batch)
-        if len(batches) == n:
-            break
-    if len(batches) < n:
-        raise SystemExit(f"model_cost: the translation training set has only {len(batches)} "
-                         f"batches, asked for {n}")
+    batches = first_batches(data, n, "translation")
     links = {target: getattr(data, source) for source, target in LINKS}
     return batches, config["model"], links
 
