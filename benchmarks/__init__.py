@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Sequence
+import random
+from collections.abc import Callable, Iterable, Sequence
 
 
 def choose(parser: argparse.ArgumentParser, flag: str, value: str, choices: Iterable[str],
@@ -36,3 +37,19 @@ def paired_ratio(base: Sequence[float], times: Sequence[float], resamples: int =
     ratios = t[picks].sum(1) / b[picks].sum(1)
     low, high = torch.quantile(ratios, torch.tensor([0.025, 0.975], dtype=torch.float64))
     return float(t.sum() / b.sum()), float(low), float(high)
+
+
+def take_turns(names: Iterable, items: Iterable, step: Callable[..., float],
+               seed: int = 0) -> dict:
+    """For each of ``items`` (a round, a batch), every name's ``step(name, item)`` once, in a
+    new random order each time, so that a slow phase of the machine falls on all of them:
+    the seconds each step returned, per name, in the order of ``items`` (pairs for
+    :func:`paired_ratio`)."""
+    names, order = list(names), random.Random(seed)
+    times: dict = {name: [] for name in names}
+    for item in items:
+        turn = list(names)
+        order.shuffle(turn)
+        for name in turn:
+            times[name].append(step(name, item))
+    return times

@@ -285,14 +285,12 @@ def measure_isolated(case: dict, warmup: int, repeats: int, threads: int,
 
 
 def interleaved(group: list[dict], warmup: int, rounds: int, threads: int) -> list[dict]:
-    """The cases of one group (its baseline first) in this process, taking turns: ``rounds``
-    times each case's forward + backward once, in a new random order each round, so that a
-    slow phase of the machine falls on all of them; each ratio to the baseline with a 95%
-    interval from the paired rounds (:func:`benchmarks.paired_ratio`).  Then each case's
-    ``alloc_peak_mb`` (``peak_mb`` needs a fresh process: None here)."""
-    import random
-
-    from benchmarks import paired_ratio
+    """The cases of one group (its baseline first) in this process, taking turns
+    (:func:`benchmarks.take_turns`): ``rounds`` times each case's forward + backward once, in
+    a new random order each round; each ratio to the baseline with a 95% interval from the
+    paired rounds (:func:`benchmarks.paired_ratio`).  Then each case's ``alloc_peak_mb``
+    (``peak_mb`` needs a fresh process: None here)."""
+    from benchmarks import paired_ratio, take_turns
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -300,25 +298,22 @@ def interleaved(group: list[dict], warmup: int, rounds: int, threads: int) -> li
     for _ in range(warmup):
         for fn in runners:
             fn()
-    times: list[list[float]] = [[] for _ in group]
-    order = random.Random(0)
-    for _ in range(rounds):
-        turn = list(range(len(group)))
-        order.shuffle(turn)
-        for i in turn:
-            start = time.perf_counter()
-            runners[i]()
-            times[i].append(time.perf_counter() - start)
+
+    def timed(i: int, _round) -> float:
+        start = time.perf_counter()
+        runners[i]()
+        return time.perf_counter() - start
+
+    times = take_turns(range(len(group)), range(rounds), timed)  # by position in the group
+    allocs = [_peak_alloc_mb(fn) for fn in runners]
     rows = []
-    for case, fn, t in zip(group, runners, times, strict=True):
-        ratio, low, high = paired_ratio(times[0], t)
-        rows.append({**case, "fwd_bwd_ms": 1000 * statistics.median(t), "fwd_ms": None,
-                     "peak_mb": None, "alloc_peak_mb": _peak_alloc_mb(fn), "rounds": rounds,
-                     "ratio_time_vs_softmax": ratio, "ratio_low": low, "ratio_high": high})
-    base = rows[0]["alloc_peak_mb"]
-    for row in rows:
-        row["ratio_mem_vs_softmax"] = None
-        row["ratio_alloc_vs_softmax"] = _ratio(row["alloc_peak_mb"], base)
+    for i, case in enumerate(group):
+        ratio, low, high = paired_ratio(times[0], times[i])
+        rows.append({**case, "fwd_bwd_ms": 1000 * statistics.median(times[i]), "fwd_ms": None,
+                     "peak_mb": None, "alloc_peak_mb": allocs[i], "rounds": rounds,
+                     "ratio_time_vs_softmax": ratio, "ratio_low": low, "ratio_high": high,
+                     "ratio_mem_vs_softmax": None,
+                     "ratio_alloc_vs_softmax": _ratio(allocs[i], allocs[0])})
     return rows
 
 

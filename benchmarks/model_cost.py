@@ -35,7 +35,6 @@ import argparse
 import importlib
 import itertools
 import json
-import random
 import time
 import warnings
 from collections.abc import Callable
@@ -43,7 +42,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from benchmarks import choose, paired_ratio
+from benchmarks import choose, paired_ratio, take_turns
 from datamodules.sst import SSTDataModule
 from lit_models.transformer import TransformerClassifier
 
@@ -172,7 +171,6 @@ def translation_trainees(names: list[str], settings: dict, links: dict) -> dict[
     from experiments.dwin_mt import COST_ROWS
     from lit_models.transformer import TransformerSeq2Seq
 
-    settings = dict(settings)
     lr, betas = settings["lr"], tuple(settings["betas"])
     smoothing = settings["label_smoothing"]
 
@@ -192,20 +190,13 @@ def translation_trainees(names: list[str], settings: dict, links: dict) -> dict[
 def measure(trainees: dict[str, Trainee], batches: list[dict], rounds: int,
             warmup: int) -> dict[str, list[float]]:
     """Step times per model, ``rounds`` x (len(batches) - warmup) each, in the same
-    (round, batch) order for every model; the first ``warmup`` batches of each round run
-    untimed."""
-    names = list(trainees)
-    order = random.Random(0)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for _ in range(rounds):
-        for index, batch in enumerate(batches):
-            turn = list(names)
-            order.shuffle(turn)
-            for name in turn:
-                seconds = trainees[name].step(batch)
-                if index >= warmup:
-                    times[name].append(seconds)
-    return times
+    (round, batch) order for every model (:func:`benchmarks.take_turns`); the first
+    ``warmup`` batches of each round run untimed."""
+    items = [(index, batch) for _ in range(rounds) for index, batch in enumerate(batches)]
+    times = take_turns(list(trainees), items, lambda name, item: trainees[name].step(item[1]))
+    timed = [index >= warmup for index, _ in items]
+    return {name: [t for t, keep in zip(values, timed, strict=True) if keep]
+            for name, values in times.items()}
 
 
 def summarise(times: dict[str, list[float]], baseline: str = "softmax",
