@@ -187,6 +187,33 @@ def _prepare(q: Tensor, k: Tensor, v: Tensor | None, v_t: Tensor | None, mask: T
     return batch, _Options(float(alpha * s), float(-beta * s), gate, e_fn, n_fn), flat
 
 
+def rows_see_different_keys(mask: Tensor | None) -> bool:
+    """Whether two query rows of ``mask`` (..., Lq, Lk) that see any key see different keys
+    (fully masked rows, padded queries, do not count)."""
+    if mask is None or mask.shape[-2] == 1:
+        return False
+    rows = mask.reshape(-1, mask.shape[-2], mask.shape[-1])  # (N,Lq,Lk)
+    seen = rows.any(-1, keepdim=True)  # (N,Lq,1)
+    union = rows.any(-2, keepdim=True)  # (N,1,Lk): what the rows see together
+    return bool(((rows != union) & seen).any())
+
+
+def centring_rows(mask: Tensor | None, gate: str, center_e: bool,
+                  center_rows: bool | None) -> bool:
+    """``center_rows`` of the functional layer: as given; unset, False (per matrix) unless
+    centering is asked for under a mask whose rows see different keys, which raises: per
+    matrix, a later token would move earlier rows."""
+    if center_rows is not None:
+        return bool(center_rows)
+    if (center_e or gate == "centered") and rows_see_different_keys(mask):
+        raise ValueError(
+            "coda: centering (gate='centered' or center_e=True) under a mask whose query rows "
+            "see different keys (e.g. causal): pass center_rows=True to centre each row over "
+            "what its query may see (the models' choice), or center_rows=False to centre over "
+            "the whole matrix (later tokens then move earlier rows)")
+    return False
+
+
 def _coda(q: Tensor, k: Tensor, v: Tensor | None, mask: Tensor | None = None, *,
           v_t: Tensor | None = None, need_weights: bool = True, dropout: float = 0.0,
           alpha: float = 1.0, beta: float = 1.0, scale: bool = True, gate: str = "plain",
@@ -213,14 +240,15 @@ def _coda(q: Tensor, k: Tensor, v: Tensor | None, mask: Tensor | None = None, *,
 @torch.no_grad()
 def quasi_attention_factors(
     q: Tensor, k: Tensor, mask: Tensor | None = None, *, alpha: float = 1.0, beta: float = 1.0,
-    scale: bool = True, gate: str = "plain", center_e: bool = False, center_rows: bool = False,
-    e_fn: str = "tanh", n_fn: str = "sigmoid",
+    scale: bool = True, gate: str = "plain", center_e: bool = False,
+    center_rows: bool | None = None, e_fn: str = "tanh", n_fn: str = "sigmoid",
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The three matrices of the paper's Figure 2, (F_E(E), F_N(N), M) each (..., Lq, Lk):
     tanh(E) and sigmoid(N) by default (after the centering options; F_N(N) before the 2x of
     ``gate="scaled"``) and M of Eq. 3-6.  For analysis: no gradient.  M is 0 where ``mask``
     is False; the other two are computed there as well (select the valid entries with the
     mask)."""
+    center_rows = centring_rows(mask, gate, center_e, center_rows)
     batch, opt, flat = _prepare(q, k, None, None, mask, alpha, beta, scale, gate, e_fn, n_fn)
     rows = Rows(flat(q), flat(k), mask, batch, _OPS, opt,
                 Centering(center_e, gate == "centered", center_rows), 0.0, 0)
@@ -232,26 +260,34 @@ def quasi_attention_factors(
 
 def quasi_attention_matrix(
     q: Tensor, k: Tensor, mask: Tensor | None = None, *, alpha: float = 1.0, beta: float = 1.0,
-    scale: bool = True, gate: str = "plain", center_e: bool = False, center_rows: bool = False,
-    e_fn: str = "tanh", n_fn: str = "sigmoid",
+    scale: bool = True, gate: str = "plain", center_e: bool = False,
+    center_rows: bool | None = None, e_fn: str = "tanh", n_fn: str = "sigmoid",
 ) -> Tensor:
-    """M (..., Lq, Lk) of Eq. 3-6 (Eq. 10 with ``scale``); zero where ``mask`` is False."""
+    """M (..., Lq, Lk) of Eq. 3-6 (Eq. 10 with ``scale``); zero where ``mask`` is False.
+    ``center_rows`` as in :func:`quasi_attention`."""
     return _coda(q, k, None, mask, alpha=alpha, beta=beta, scale=scale, gate=gate,
-                 center_e=center_e, center_rows=center_rows, e_fn=e_fn, n_fn=n_fn)[2]
+                 center_e=center_e, center_rows=centring_rows(mask, gate, center_e, center_rows),
+                 e_fn=e_fn, n_fn=n_fn)[2]
 
 
 def quasi_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, alpha: float = 1.0,
     beta: float = 1.0, scale: bool = True, gate: str = "plain", center_e: bool = False,
-    center_rows: bool = False, e_fn: str = "tanh", n_fn: str = "sigmoid",
+    center_rows: bool | None = None, e_fn: str = "tanh", n_fn: str = "sigmoid",
 ) -> tuple[Tensor, Tensor]:
     """CoDA on per-head tensors: q (..., Lq, d), k (..., Lk, d), v (..., Lk, dv);
     mask boolean broadcastable to (..., Lq, Lk), True = may attend.  Centering (``gate=
-    "centered"``, ``center_e``) is over the valid entries of each matrix, or of each query
-    row with ``center_rows``.
+    "centered"``, ``center_e``) is over the valid entries of each matrix
+    (``center_rows=False``) or of each query row (``center_rows=True``).  Left unset,
+    ``center_rows`` is False unless the mask lets its query rows see different keys (a
+    causal mask, cross-attention over decoded positions): there a mean over the whole matrix
+    would let a later token move earlier rows, so the choice must be given explicitly
+    (:func:`centring_rows` raises).
     Returns (M v (..., Lq, dv), M (..., Lq, Lk)).  Exported as ``attention.functional.coda``."""
     out, _, m = _coda(q, k, v, mask, alpha=alpha, beta=beta, scale=scale, gate=gate,
-                      center_e=center_e, center_rows=center_rows, e_fn=e_fn, n_fn=n_fn)
+                      center_e=center_e, center_rows=centring_rows(mask, gate, center_e,
+                                                                   center_rows),
+                      e_fn=e_fn, n_fn=n_fn)
     return out, m  # Eq. 7 / Eq. 10
 
 
@@ -303,16 +339,28 @@ class CodaMultiHead(MultiHeadCore):
         self.options, self.dropout, self.self_attention = options, dropout, self_attention
         self.centred = options["center_e"] or options["gate"] == "centered"
 
-    def forward(self, q, k, v, *, key_mask=None, causal=False, need_weights=False,
-                query_input=None, key_input=None):
+    def mask(self, q: Tensor, k: Tensor, key_mask: Tensor | None, causal: bool
+             ) -> tuple[Tensor | None, bool]:
+        """(the mask M is computed under, center_rows) of a forward call."""
         mask = attention_mask(key_mask, q.shape[-2], k.shape[-2], causal, device=q.device)
         per_matrix = self.self_attention and not causal and q.shape[-2] == k.shape[-2]
         if self.centred and per_matrix and key_mask is not None:
             mask = mask & key_mask[:, None, :, None]  # padded queries leave the mean
+        return mask, not per_matrix
+
+    def forward(self, q, k, v, *, key_mask=None, causal=False, need_weights=False,
+                query_input=None, key_input=None):
+        mask, center_rows = self.mask(q, k, key_mask, causal)
         out, _, m = _coda(q, k, v, mask, need_weights=need_weights,  # (B,H,Lq,dv), (B,H,Lq,Lk)
                           dropout=self.dropout if self.training else 0.0,
-                          center_rows=not per_matrix, **self.options)
+                          center_rows=center_rows, **self.options)
         return out, m
+
+    def factors(self, q, k, *, key_mask=None, causal=False) -> tuple[Tensor, Tensor, Tensor]:
+        """(tanh(E), sigmoid(N), M) (B,H,Lq,Lk) of the forward call with these arguments
+        (Figure 2; no gradient)."""
+        mask, center_rows = self.mask(q, k, key_mask, causal)
+        return quasi_attention_factors(q, k, mask, center_rows=center_rows, **self.options)
 
 
 class CodaAlignment(AlignmentCore):
@@ -351,3 +399,10 @@ class CodaDecoder(DecoderCore):
         out, _, m = _coda(self.query_proj(s), h, h, None if mask is None else mask[:, None, :],
                           center_rows=True, **self.options)
         return out, m  # (B,T,Dm), (B,T,N)
+
+    def factors(self, s, memory) -> tuple[Tensor, Tensor, Tensor]:
+        """(tanh(E), sigmoid(N), M) (B,T,N) of ``forward(s, memory)`` (no gradient)."""
+        h, mask = memory["h"], memory["mask"]
+        return quasi_attention_factors(self.query_proj(s), h,
+                                       None if mask is None else mask[:, None, :],
+                                       center_rows=True, **self.options)

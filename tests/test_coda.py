@@ -156,8 +156,27 @@ def test_centering_per_row_keeps_causality(eager, options):
     out2, m2 = coda_fn(q2, k2, v2, mask, center_rows=True, **options)
     torch.testing.assert_close(out2[:, :4], out[:, :4], rtol=0, atol=1e-12)
     torch.testing.assert_close(m2[:, :4], m[:, :4], rtol=0, atol=1e-12)
-    whole = coda_fn(q, k, v, mask, **options)[1]  # the matrix mean: the future leaks
-    assert not torch.allclose(coda_fn(q2, k2, v2, mask, **options)[1][:, :4], whole[:, :4])
+    whole = coda_fn(q, k, v, mask, center_rows=False, **options)[1]  # the future leaks
+    assert not torch.allclose(coda_fn(q2, k2, v2, mask, center_rows=False, **options)[1][:, :4],
+                              whole[:, :4])
+
+
+@pytest.mark.parametrize("options", [dict(gate="centered"), dict(center_e=True)])
+def test_functional_centering_under_a_causal_mask_needs_an_explicit_choice(eager, options):
+    """attention.functional.coda refuses to guess per matrix or per row when the rows of
+    the mask see different keys; a padding mask (every real row sees the same keys) or no
+    centering needs no choice."""
+    g = torch.Generator().manual_seed(20)
+    q, k, v = (torch.randn(2, 6, 4, generator=g, dtype=DT) for _ in range(3))
+    with pytest.raises(ValueError, match="center_rows=True .* center_rows=False"):
+        coda_fn(q, k, v, causal_mask(6, 6), **options)
+    with pytest.raises(ValueError, match="center_rows"):
+        impl.quasi_attention_factors(q, k, causal_mask(6, 6), **options)
+    padding = torch.tensor([[1, 1, 1, 1, 0, 0], [1] * 6], dtype=torch.bool)[:, None, :]
+    padding = padding & padding.transpose(-1, -2)  # padded query rows see nothing
+    torch.testing.assert_close(coda_fn(q, k, v, padding, **options)[1],
+                               coda_fn(q, k, v, padding, center_rows=False, **options)[1])
+    coda_fn(q, k, v, causal_mask(6, 6))  # no centering: nothing to choose
 
 
 @pytest.mark.parametrize("options", [dict(gate="centered"), dict(center_e=True),
