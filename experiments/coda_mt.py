@@ -16,7 +16,7 @@ is that recipe.  Table 4 reports test BLEU (tst2013); Tables 8 and 9 development
 
 from datamodules.translation import IWSLT15DataModule
 from experiments.coda_nli import CENTERING, TABLE9_BLEU
-from experiments.runner import Cell, Experiment, Grid
+from experiments.grid_model import Cell, Experiment, Grid
 from lit_models.transformer import TransformerSeq2Seq
 
 CODA = ["--model.attention=coda"]

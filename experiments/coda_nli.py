@@ -24,7 +24,7 @@ from datamodules.nli import (  # noqa: F401 - config class_path
     SciTailDataModule,
     SNLIDataModule,
 )
-from experiments.runner import Cell, Experiment, Grid, dataset_config
+from experiments.grid_model import Cell, Experiment, Grid, dataset_config
 from lit_models.decomp_att import DecompAtt
 
 LINKS = [("vocab_size", "vocab_size"), ("num_classes", "num_classes"), ("pad_id", "pad_id"),

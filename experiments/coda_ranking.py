@@ -25,7 +25,7 @@ from datamodules.ranking import (  # noqa: F401 - config class_path
     WikiQADataModule,
 )
 from experiments.coda_nli import CENTERING, CODA, LINKS
-from experiments.runner import Cell, Experiment, Grid, dataset_config
+from experiments.grid_model import Cell, Experiment, Grid, dataset_config
 from lit_models.decomp_att import DecompAtt
 
 # Table 2 (test): MAP / MRR for TrecQA and WikiQA, top-1 accuracy (R10@1) for UDC

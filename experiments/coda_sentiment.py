@@ -18,7 +18,7 @@ grid runs with ``--smoke`` alone.
 from datamodules.imdb import IMDbDataModule  # noqa: F401 - config class_path
 from datamodules.sst import SSTDataModule  # noqa: F401 - config class_path
 from datamodules.text import TextClassificationDataModule
-from experiments.runner import Cell, Experiment, Grid, dataset_config
+from experiments.grid_model import Cell, Experiment, Grid, dataset_config
 from lit_models.transformer import TransformerClassifier
 
 PAPER = {("imdb", "softmax"): 82.6, ("imdb", "coda"): 83.3,

@@ -9,7 +9,7 @@ per program, Transformer vs CoDA Transformer (tensor2tensor's tiny setting, 100K
 
 from datamodules.translation import AlgoLispDataModule
 from experiments.coda_mt import LINKS
-from experiments.runner import Cell, Experiment, Grid
+from experiments.grid_model import Cell, Experiment, Grid
 from lit_models.transformer import TransformerSeq2Seq
 
 EXPERIMENT = Experiment(

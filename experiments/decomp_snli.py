@@ -16,7 +16,7 @@ configs (no dataset configs); the smoke config reads the shared SNLI dev prefix
 """
 
 from datamodules.nli import SNLIDataModule
-from experiments.runner import Cell, Experiment, Grid
+from experiments.grid_model import Cell, Experiment, Grid
 from lit_models.decomp_att import DecompAtt
 from lit_models.mixture import Mixture
 

@@ -23,7 +23,7 @@ from datamodules.imdb import IMDbDataModule  # noqa: F401 - config class_path
 from datamodules.sst import SSTDataModule  # noqa: F401 - config class_path
 from datamodules.sva import SVADataModule  # noqa: F401 - config class_path
 from datamodules.text import TextClassificationDataModule
-from experiments.runner import Cell, Experiment, Grid, cost_grid, dataset_config
+from experiments.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
 from lit_models.transformer import TransformerClassifier
 
 # row -> (the paper's name, attention flags); the grid config puts the attention in layer 1

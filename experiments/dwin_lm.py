@@ -16,7 +16,7 @@ the official archive, which ``prepare_data`` downloads to the cache.
 """
 
 from datamodules.lm1b import LM1BDataModule
-from experiments.runner import Cell, Experiment, Grid
+from experiments.grid_model import Cell, Experiment, Grid
 from lit_models.transformer import TransformerLM
 
 EXPERIMENT = Experiment(

@@ -22,7 +22,7 @@ Tables 1, 3 and 4.
 
 from datamodules.translation import TranslationDataModule, WMT14DataModule  # noqa: F401 - config class_path
 from experiments.coda_mt import LINKS
-from experiments.runner import Cell, Experiment, Grid, cost_grid, dataset_config
+from experiments.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
 from lit_models.transformer import TransformerSeq2Seq
 
 PARTIAL = ["--model.attention_layers=3"]

@@ -22,7 +22,7 @@ from datamodules.translation import (  # noqa: F401 - config class_path
     WMT16EnRoDataModule,
 )
 from experiments.coda_mt import LINKS
-from experiments.runner import Cell, Experiment, Grid, dataset_config
+from experiments.grid_model import Cell, Experiment, Grid, dataset_config
 from lit_models.rnn_seq2seq import RNNSeq2Seq
 
 MECHANISMS = {"additive": ["--model.attention=additive"],

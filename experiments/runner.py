@@ -56,7 +56,6 @@ import sys
 import time
 import typing
 import warnings
-from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -64,174 +63,40 @@ from pathlib import Path
 import yaml
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+from experiments.grid_model import (
+    PROJECT_ROOT,
+    Cell,
+    Experiment,
+    Grid,
+    runs_root,
+    shown_path,
+)
+
 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
 
 
-@dataclass
-class Cell:
-    """One row of a paper table: the CLI overrides that make it, and the paper's numbers
-    (metric label -> number in the paper's units).
-
-    ``{config}`` in an argument stands for the grid config's path without ``.yaml``, so a
-    cell can merge a config file of its own for each grid config (a table column on another
-    dataset): ``--config={config}/sst.yaml`` reads ``configs/<name>/paper/sst.yaml`` under
-    ``--config paper`` and ``configs/<name>/smoke/sst.yaml`` under ``--smoke``.  Write it
-    as ``dataset_config("sst")``, the one way a cell says which dataset it runs on.
-    """
-
-    name: str
-    args: list[str] = field(default_factory=list)
-    paper: dict[str, float | None] = field(default_factory=dict)
-
-
-def dataset_config(name: str) -> list[str]:
-    """The override that merges dataset ``name``'s config of the grid config
-    (``configs/<experiment>/<config>/<name>.yaml``; see :class:`Cell`)."""
-    return [f"--config={{config}}/{name}.yaml"]
-
-
-@dataclass
-class Grid:
-    """A paper table as a named grid of flag values."""
-
-    name: str
-    title: str
-    #: column label -> logged metric key, e.g. {"Acc": "test/exact_match"}; a key
-    #: ``hparams/<name>`` reads the run's hparams.yaml (e.g. ``hparams/n_parameters``)
-    metrics: dict[str, str]
-    cells: list[Cell]
-    scale: float = 100.0  # logged fraction -> the paper's units (percent)
-    #: per column label, a scale other than ``scale`` (e.g. {"Params (M)": 1e-6})
-    scales: dict[str, float] = field(default_factory=dict)
-    #: per column label, a baseline cell: the report adds that column divided by the
-    #: baseline's, the paper's and ours (e.g. {"Steps/s": "transformer"}: DW's 0.87x)
-    relative_to: dict[str, str] = field(default_factory=dict)
-    note: str = ""
-    goal: str = "maximize"  # of the first metric, for the W&B sweep ("minimize": perplexity)
-    #: the validation metric whose learning curve ``report --curve`` tabulates per step
-    curve: str | None = None
-    #: the comparisons the paper claims, (baseline cell, proposal cell): ``report`` tests
-    #: each on the per-example test predictions of the runs (experiments/significance.py)
-    claims: list[tuple[str, str]] = field(default_factory=list)
-
-    def __post_init__(self):
-        names = {c.name for c in self.cells}
-        for pair in self.claims:
-            unknown = [n for n in pair if n not in names]
-            if unknown or len(pair) != 2:
-                raise ValueError(f"grid {self.name!r}: claim {pair!r} must name two of its "
-                                 f"cells ({', '.join(sorted(names))})")
-
-    def scale_of(self, label: str) -> float:
-        return self.scales.get(label, self.scale)
-
-    def cell(self, name: str) -> Cell:
-        for c in self.cells:
-            if c.name == name:
-                return c
-        raise SystemExit(f"grid {self.name!r} has no cell {name!r}; cells: "
-                         f"{', '.join(c.name for c in self.cells)}")
-
-
-#: what a cost grid's Steps/s and Step MB are (lit_models/base.py measures both)
-COST_NOTE = ("Steps/s: optimiser steps per second of training-step time (forward, backward, "
-             "update; data loading excluded; lit_models/base.py); Step MB: the training "
-             "loop's resident-set peak beyond what was in memory when it began (activations, "
-             "gradients, temporaries).")
-
-
-def cost_grid(title: str, baseline: str, cells: list[Cell], note: str = "") -> Grid:
-    """Grid ``cost``: DW Table 4's measure for each cell, parameters, training steps/s and
-    training-loop memory, the last two also relative to the ``baseline`` cell (issue 18).
-    Run it one cell at a time (--jobs 1), so no two runs share the cores."""
-    return Grid(name="cost", title=title,
-                metrics={"Params (M)": "hparams/n_parameters",
-                         "Steps/s": "train/steps_per_second",
-                         "Step MB": "train/step_memory_mb"},
-                cells=cells, scale=1.0, scales={"Params (M)": 1e-6},
-                relative_to={"Steps/s": baseline, "Step MB": baseline},
-                note=" ".join(filter(None, (COST_NOTE, note))))
-
-
-@dataclass
-class Experiment:
-    """An experiment script: its LightningModule, DataModule, links between them, and the
-    paper's tables as grids."""
-
-    name: str
-    model_class: type
-    datamodule_class: type
-    grids: dict[str, Grid]
-    links: list[tuple[str, str]] = field(default_factory=list)  # (data attribute, model arg)
-    subclass_mode_model: bool = False
-    subclass_mode_data: bool = False  # the config names the DataModule (class_path)
-    script: Path | None = None
-
-    @property
-    def config_dir(self) -> Path:
-        return PROJECT_ROOT / "experiments" / "configs" / self.name
-
-    def configs(self) -> list[str]:
-        """The config names: the yaml files of configs/<name>/ (never a sweep file)."""
-        return sorted(p.stem for p in self.config_dir.glob("*.yaml")
-                      if not p.stem.startswith("sweep-"))
-
-    def config_path(self, config: str) -> Path:
-        path = Path(config)
-        if path.suffix in (".yaml", ".yml"):
-            return path
-        path = self.config_dir / f"{config}.yaml"
-        if not path.exists() or config not in self.configs():
-            raise SystemExit(f"{self.name} has no config {config!r}; configs: "
-                             f"{', '.join(self.configs())} "
-                             f"({_shown(self.config_dir)}/<config>.yaml)")
-        return path
-
-    def dataset_names(self) -> list[str]:
-        """The datasets the grids' cells merge (``dataset_config``), in order of first use."""
-        names: list[str] = []
-        for grid in self.grids.values():
-            for cell in grid.cells:
-                for arg in cell.args:
-                    m = DATASET_ARG.fullmatch(arg)
-                    if m and m.group(1) not in names:
-                        names.append(m.group(1))
-        return names
-
-    def datasets_in(self, folder: Path) -> list[str]:
-        """The dataset configs of a config's folder (``<config>/<dataset>.yaml``), those the
-        grids use first, in their order."""
-        stems = {p.stem for p in Path(folder).glob("*.yaml")}
-        used = [n for n in self.dataset_names() if n in stems]
-        return used + sorted(stems - set(used))
-
-    def grid(self, name: str) -> Grid:
-        if name not in self.grids:
-            raise SystemExit(f"{self.name} has no grid {name!r}; grids: {', '.join(self.grids)}")
-        return self.grids[name]
-
-    def main(self, argv: list[str] | None = None) -> None:
-        args = sys.argv[1:] if argv is None else argv
-        if not args or args[0] in ("-h", "--help"):
-            print(overview(self))
-            if not args:
-                raise SystemExit(2)  # a command is needed
-            return
-        command = args[0]
-        if command in RUNNER_COMMANDS:
-            {"grid": run_grid, "cell": run_one_cell, "sweep": write_sweep,
-             "report": print_report}[command](self, args[1:])
-            return
-        if command == "predict":
-            raise SystemExit(predict_message(self))
-        if not command.startswith("-") and command not in CLI_COMMANDS:
-            raise SystemExit(f"{self.name}.py: unknown command {command!r}; commands: "
-                             f"{', '.join(COMMANDS)} (see {self.name}.py --help)")
-        if command in CLI_COMMANDS and not _asks_for_help(args[1:]):
-            check_dataset_args(self, command, args[1:])
-            check_attention_args(self, command, args[1:])
-        run_cli(self, argv)  # None: LightningCLI reads sys.argv itself
+def main(experiment: Experiment, argv: list[str] | None = None) -> None:
+    """The command of ``argv`` (default: ``sys.argv[1:]``) on ``experiment``."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(overview(experiment))
+        if not args:
+            raise SystemExit(2)  # a command is needed
+        return
+    command = args[0]
+    if command in RUNNER_COMMANDS:
+        {"grid": run_grid, "cell": run_one_cell, "sweep": write_sweep,
+         "report": print_report}[command](experiment, args[1:])
+        return
+    if command == "predict":
+        raise SystemExit(predict_message(experiment))
+    if not command.startswith("-") and command not in CLI_COMMANDS:
+        raise SystemExit(f"{experiment.name}.py: unknown command {command!r}; commands: "
+                         f"{', '.join(COMMANDS)} (see {experiment.name}.py --help)")
+    if command in CLI_COMMANDS and not _asks_for_help(args[1:]):
+        check_dataset_args(experiment, command, args[1:])
+        check_attention_args(experiment, command, args[1:])
+    run_cli(experiment, argv)  # None: LightningCLI reads sys.argv itself
 
 
 # --------------------------------------------------------------------------------------
@@ -249,16 +114,6 @@ RUNNER_COMMANDS = {
     "report": "print a grid's table from the CSV logs: the paper's numbers beside ours",
 }
 COMMANDS = {**CLI_COMMANDS, **RUNNER_COMMANDS}
-DATASET_ARG = re.compile(r"--config=\{config\}/(\w+)\.yaml")
-
-
-def _shown(path: Path | str) -> str:
-    """A path as the user would type it: relative to the project root when inside it."""
-    path = Path(path)
-    try:
-        return str(path.resolve().relative_to(PROJECT_ROOT))
-    except ValueError:
-        return str(path)
 
 
 def _cells(n: int) -> str:
@@ -273,7 +128,7 @@ def _listing(experiment: Experiment, cells: bool = False) -> str:
         lines.append(f"  {name:<{width}}  {grid.title} ({_cells(len(grid.cells))})")
         if cells:
             lines.append(f"  {'':<{width}}    cells: {', '.join(c.name for c in grid.cells)}")
-    where = _shown(experiment.config_dir)
+    where = shown_path(experiment.config_dir)
     configs = experiment.configs()
     datasets = {c: experiment.datasets_in(experiment.config_dir / c) for c in configs}
     lines += ["", f"configs (--config NAME, --smoke = --config smoke; {where}/<config>.yaml):"]
@@ -303,7 +158,7 @@ def overview(experiment: Experiment) -> str:
         also = f"; also {', '.join(f'--model.{p}' for p in others)}" if others else ""
         lines += ["", f"attention (--model.{first} NAME [--model.{first}.OPTION VALUE]{also}):",
                   f"  {', '.join(REGISTRY)}"]
-    where = _shown(experiment.config_dir)
+    where = shown_path(experiment.config_dir)
     grid = next(iter(experiment.grids))
     script = f"python experiments/{prog}"
     fit = f"{script} fit --config {where}/smoke.yaml"
@@ -318,7 +173,7 @@ def overview(experiment: Experiment) -> str:
 
 
 def predict_message(experiment: Experiment) -> str:
-    metrics = f"{_shown(runs_root() / experiment.name)}/<group>/<name>/metrics.csv"
+    metrics = f"{shown_path(runs_root() / experiment.name)}/<group>/<name>/metrics.csv"
     written = getattr(experiment.model_class, "predictions_file", None)
     writes = (f" and the predictions to {written} beside it" if written
               else " (this model writes no predictions file)")
@@ -386,7 +241,7 @@ def missing_dataset_message(experiment: Experiment, command: str, configs: list[
         if names:
             choice = names[0] if len(names) == 1 else "{" + ",".join(names) + "}"
             return f"{prog} needs a dataset: add --config {folder}/{choice}.yaml"
-    where = _shown(experiment.config_dir)
+    where = shown_path(experiment.config_dir)
     known = (f"configs: {', '.join(experiment.configs())}; "
              f"datasets: {', '.join(experiment.dataset_names())}")
     if not configs:
@@ -522,10 +377,6 @@ def check_attention_args(experiment: Experiment, command: str, args: list[str]) 
 
 # --------------------------------------------------------------------------------------
 # fit | validate | test: LightningCLI with the suite's loggers
-
-
-def runs_root() -> Path:
-    return Path(os.environ.get("ATTNREPRO_RUNS", PROJECT_ROOT / "runs"))
 
 
 def wandb_mode() -> str:
@@ -779,7 +630,7 @@ def compact_error(message: str, experiment: Experiment, argv: list[str] = ()) ->
     if missing:
         return (f"--config: no such file {missing.group(1).strip()}; the configs of "
                 f"{experiment.name}: {', '.join(experiment.configs())} "
-                f"({_shown(experiment.config_dir)}/<config>.yaml, and a dataset of a "
+                f"({shown_path(experiment.config_dir)}/<config>.yaml, and a dataset of a "
                 "multi-dataset config: <config>/<dataset>.yaml)")
     return message
 
