@@ -1,9 +1,12 @@
 """The README stays true: its mechanism table is the registry's, every script and grid its
-feature table names exists, and its two set-up commands are Makefile targets."""
+feature table names exists, its two set-up commands are Makefile targets, the import arrows
+of its Layout are the imports in the code, and its links and those of docs/ resolve."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import json
 import re
 from pathlib import Path
 
@@ -31,3 +34,103 @@ def test_quickstart_commands_are_make_targets():
         assert f"make {target}" in README
         assert re.search(rf"^{target}:", makefile, re.M)
     assert "PLACEHOLDER" not in README and "DEMO_SCALE" not in README and "RESULTS\n" not in README
+
+
+# -- the layout: the import arrows the README states are the imports in the code --------------
+PACKAGES = ("attention", "datamodules", "lit_models", "experiments", "benchmarks", "notebooks")
+
+
+def _imported_modules(source: str) -> set[str]:
+    """Top-level names of every absolute import in ``source`` (at any depth of the file)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _notebook_code(path: Path) -> str:
+    """The code cells of a notebook, IPython magics and shell lines left out."""
+    cells = json.loads(path.read_text())["cells"]
+    lines = []
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            source = "".join(cell["source"])
+            lines += [line for line in source.splitlines()
+                      if not line.lstrip().startswith(("%", "!"))]
+    return "\n".join(lines)
+
+
+def package_imports() -> dict[str, set[str]]:
+    """For each package, the other packages its files import."""
+    edges = {package: set() for package in PACKAGES}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*")):
+            if path.suffix == ".py":
+                source = path.read_text()
+            elif path.suffix == ".ipynb" and ".ipynb_checkpoints" not in path.parts:
+                source = _notebook_code(path)
+            else:
+                continue
+            edges[package] |= (_imported_modules(source) & set(PACKAGES)) - {package}
+    return edges
+
+
+def readme_arrows() -> dict[str, set[str]]:
+    """The arrows of the README's Layout section: ``    package -> a, b`` or ``-> nothing``."""
+    layout = README.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    arrows = {}
+    for source, targets in re.findall(r"^ {4}(\w+) +-> +(.+)$", layout, re.M):
+        assert source not in arrows, f"README: two arrow lines for {source}"
+        names = [t.strip() for t in targets.split(",")]
+        arrows[source] = set() if names == ["nothing"] else set(names)
+    return arrows
+
+
+def test_layout_comes_first():
+    assert re.findall(r"^## (.+)$", README, re.M)[0] == "Layout"
+
+
+def test_layout_arrows_are_the_imports():
+    arrows, imports = readme_arrows(), package_imports()
+    assert set(arrows) == set(PACKAGES), "README's Layout needs one arrow line per package"
+    for package in PACKAGES:
+        assert arrows[package] <= set(PACKAGES), (package, arrows[package])
+        assert arrows[package] == imports[package], (
+            f"README says {package} -> {sorted(arrows[package])}, the code imports "
+            f"{sorted(imports[package])}")
+
+
+def test_package_imports_are_read():
+    # the parser sees what the code holds: lit_models' modules import attention
+    assert "attention" in package_imports()["lit_models"]
+    assert _imported_modules("import a.b\nfrom c.d import e\nfrom . import f\n") == {"a", "c"}
+
+
+# -- links between the README and docs/ -------------------------------------------------------
+def _anchors(text: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+def test_links_point_to_existing_files_and_headings():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    assert len(pages) > 5
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"\w+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            assert linked.exists(), f"{page.relative_to(ROOT)}: link to missing {target}"
+            if anchor and linked.suffix == ".md":
+                assert anchor in _anchors(linked.read_text()), \
+                    f"{page.relative_to(ROOT)}: no heading for #{anchor} in {path or page.name}"
+
+
+def test_readme_links_every_docs_page():
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        assert f"docs/{page.relative_to(ROOT / 'docs').as_posix()}" in README, page
