@@ -5,7 +5,7 @@ typed options.  It is the value of an attention flag: LightningCLI resolves
 ``--model.attention coda --model.attention.center_e true`` to ``coda(center_e=True)``
 because every mechanism class is named by its registry name.
 
-A mechanism builds the ``nn.Module`` that does the work in each context (DESIGN.md):
+A mechanism builds the ``nn.Module`` that does the work in each context (docs/design.md):
 
 1. ``multihead(d_model=, n_heads=, dropout=, self_attention=)`` -> a core that maps
    per-head tensors ``q (B,H,Lq,d), k (B,H,Lk,d), v (B,H,Lk,dv)`` to

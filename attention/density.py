@@ -1,4 +1,4 @@
-"""The attention density matrix (ADM): quantum statistics-inspired attention (PAPERS.md Sec. 4).
+"""The attention density matrix (ADM): quantum statistics-inspired attention (docs/papers.md).
 
 At decoder step i over source encodings h_1..h_N the pseudo density matrix Psi_i (N x N,
 Eq. 6) has the baseline scores on its diagonal and pair scores off it:

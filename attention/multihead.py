@@ -1,4 +1,4 @@
-"""Multi-head self/cross attention with any mechanism (context 1 of DESIGN.md)."""
+"""Multi-head self/cross attention with any mechanism (context 1 of docs/design.md)."""
 
 from __future__ import annotations
 

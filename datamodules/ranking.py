@@ -1,6 +1,6 @@
 """Answer selection and response selection: WikiQA, TrecQA and the Ubuntu Dialogue Corpus.
 
-CoDA Table 2 (PAPERS.md section 1) trains DecompAtt as a pair classifier on these ranking
+CoDA Table 2 (docs/papers.md#coda) trains DecompAtt as a pair classifier on these ranking
 sets and reports MAP / MRR (WikiQA, TrecQA) and recall@k (Ubuntu) over each question's
 (context's) candidates.  A ranking example is a pair (question or context, candidate answer
 or response, label) with label 1 = relevant ("positive") and 0 = not ("negative"), that

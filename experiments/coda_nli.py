@@ -1,5 +1,5 @@
-"""CoDA on natural language inference (Tay et al. 2019, Sec. 3.3 and 4; PAPERS.md section
-1): DecompAtt with softmax alignment vs. CoDA's quasi-attention on SNLI, MultiNLI, SciTail
+"""CoDA on natural language inference (Tay et al. 2019, Sec. 3.3 and 4; docs/papers.md#coda):
+DecompAtt with softmax alignment vs. CoDA's quasi-attention on SNLI, MultiNLI, SciTail
 and Dialogue NLI (Table 3), the centering ablation (Table 8) and the composition functions
 (Table 9, on SNLI).
 

@@ -1,5 +1,5 @@
 """CoDA on answer selection and response selection (Tay et al. 2019, Sec. 3.2, Table 2;
-PAPERS.md section 1): DecompAtt trained pointwise with a binary softmax loss, softmax
+docs/papers.md#coda): DecompAtt trained pointwise with a binary softmax loss, softmax
 alignment vs. CoDA's quasi-attention, ranked by log p(relevant) within each question or
 dialogue context: MAP / MRR on TrecQA and WikiQA, R10@1 ("top-1 accuracy") on the Ubuntu
 Dialogue Corpus v2.  Grid ``table8`` is the WikiQA column of the centering ablation.

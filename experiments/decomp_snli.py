@@ -1,5 +1,5 @@
 """Decomposable attention on SNLI with intra-attention and ensembles: Table 1 of the SNLI
-write-up (PAPERS.md section 3) -- vanilla, intra-attention, exact ensemble (K=3) and
+write-up (docs/papers.md) -- vanilla, intra-attention, exact ensemble (K=3) and
 latent-variable mixture (K=4, REINFORCE), SNLI validation accuracy.
 
     python experiments/decomp_snli.py fit --config experiments/configs/decomp_snli/smoke.yaml

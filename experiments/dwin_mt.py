@@ -1,5 +1,5 @@
 """Differentiable Window attention in the Transformer for machine translation (Nguyen et al.
-2020, Sec. 5.1-5.2; PAPERS.md section 2): WMT'14 En-De and En-Fr with the window in the
+2020, Sec. 5.1-5.2; docs/papers.md): WMT'14 En-De and En-Fr with the window in the
 encoder, the decoder and the cross-attention (Table 1), full vs partial layers (Table 2),
 token vs segment masking (Table 3), and parameters and training speed (Table 4).
 

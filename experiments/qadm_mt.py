@@ -1,4 +1,4 @@
-"""Quantum statistics-inspired attention (PAPERS.md section 4): the attention density matrix
+"""Quantum statistics-inspired attention (docs/papers.md): the attention density matrix
 (MQT, AQT) in an LSTM seq2seq translator against additive (Bahdanau) and structured (Kim et
 al. 2017) attention, Table 1: IWSLT'15 En-Vi and WMT'16 En-Ro in both directions, dev and
 test BLEU.

@@ -1,5 +1,5 @@
-"""Decomposable attention for natural language inference (Parikh et al. 2016; PAPERS.md
-section 3, the SNLI write-up Sec. 3.1; the base model of CoDA Tables 2-3).
+"""Decomposable attention for natural language inference (Parikh et al. 2016; docs/papers.md,
+the SNLI write-up Sec. 3.1; the base model of CoDA Tables 2-3).
 
 For a premise a = (a_1..a_la) and a hypothesis b = (b_1..b_lb) of embedded words:
 

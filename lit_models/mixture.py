@@ -1,4 +1,4 @@
-"""Ensembles of K decomposable-attention models (PAPERS.md section 3; the SNLI write-up
+"""Ensembles of K decomposable-attention models (docs/papers.md; the SNLI write-up
 Sec. 3.2).  A uniform latent variable c in {1..K} picks the member.
 
 Exact ensemble (``mode="exact"``), trained on the marginal likelihood through all K members:

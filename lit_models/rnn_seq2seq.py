@@ -1,4 +1,4 @@
-"""RNNSeq2Seq: the LSTM translator of the attention-density-matrix paper (PAPERS.md Sec. 4),
+"""RNNSeq2Seq: the LSTM translator of the attention-density-matrix paper (docs/papers.md),
 with the decoder's attention selected by flag.
 
 The paper: "2-layer BiLSTM encoders, and 2-layer LSTM decoders; all comprise 256-dimensional

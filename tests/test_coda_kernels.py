@@ -145,7 +145,7 @@ def test_threads_do_not_change_the_result(native, n):
     """One thread against several, also when a few matrices are split over threads by keys
     (partial gradients of q summed afterwards): every term counted once.  On integers, so
     exact whatever the order; on random floats another thread count may sum the partial
-    gradients in another order (last bits; README, Determinism)."""
+    gradients in another order (last bits; docs/reproducibility.md, Determinism)."""
     g = torch.Generator().manual_seed(4)
     q, k = ints(n, 37, 24, generator=g, dtype=torch.float32), ints(n, 300, 24, generator=g,
                                                                    dtype=torch.float32)

@@ -1,4 +1,4 @@
-"""Attention density matrix (PAPERS.md Sec. 4): the MQT shortcut and blocked AQT against the
+"""Attention density matrix (docs/papers.md): the MQT shortcut and blocked AQT against the
 N x N matrix Psi built with loops (Eq. 6-11), padding, every context, block sizes and
 gradients (the contracts of every mechanism, step-by-step decoding among them, are in
 test_contracts.py)."""

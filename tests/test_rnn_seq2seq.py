@@ -110,7 +110,7 @@ def test_teacher_forcing_attends_for_all_steps_at_once_unless_input_feeding(inpu
 
 # -- 2. the density attention is the paper's formula through the model's own states -----------
 def naive_psi(s_i, h, core, scheme):
-    """Psi_i (n,n) entry by entry (PAPERS.md Sec. 4, Eq. 5, 6, 9-11) for one sentence's real
+    """Psi_i (n,n) entry by entry (docs/papers.md, Eq. 5, 6, 9-11) for one sentence's real
     encodings h (n,H) and decoder state s_i (H,)."""
     score, n = core.score, h.shape[0]
     sq = core.query_proj(s_i)  # identity here: s and h share H
