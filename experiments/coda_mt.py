@@ -6,7 +6,7 @@ release's tokenized references (the paper's tensor2tensor setting; lit_models/bl
     python experiments/coda_mt.py fit --config experiments/configs/coda_mt/smoke.yaml
     python experiments/coda_mt.py grid table4 --config paper --seeds 1
     python experiments/coda_mt.py report table4
-    python experiments/coda_mt.py grid table4 --config small     # the CPU run of the README
+    python experiments/coda_mt.py grid table4 --config small     # docs/results/coda.md's CPU run
 
 The paper ran tensor2tensor's ``transformer_base_single_gpu`` for 50K steps and averaged the
 last checkpoints (``avg_checkpoints.py``: the last 20 by default); configs/coda_mt/paper.yaml

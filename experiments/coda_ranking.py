@@ -7,7 +7,7 @@ Dialogue Corpus v2.  Grid ``table8`` is the WikiQA column of the centering ablat
 Each dataset is a config of its own, merged after the grid config
 (``configs/coda_ranking/<config>/{trecqa,wikiqa,udc}.yaml``).  The smoke dataset configs read
 the shared WikiQA and TrecQA files and the Ubuntu samples, so every grid runs with
-``--smoke`` alone.  ``cpu`` is the real WikiQA run of the README (filtered train, the
+``--smoke`` alone.  ``cpu`` is the real WikiQA run of docs/results/coda.md (filtered train, the
 filtered dev set for validation and test: the shared data has no WikiQA test set).
 
     python experiments/coda_ranking.py fit --config experiments/configs/coda_ranking/smoke.yaml \\
