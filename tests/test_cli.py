@@ -172,7 +172,7 @@ def test_missing_dataset_config(monkeypatch):
     assert error(NLI, ["fit", "--config", SMOKE]) == NEEDS_DATASET
     assert error(NLI, ["test", "--config=" + SMOKE, "--ckpt_path", "x.ckpt"]) == \
         NEEDS_DATASET.replace(" fit ", " test ")
-    # the README's real-data example: a data_dir, no dataset
+    # the real-data example of docs/data.md: a data_dir, no dataset
     assert error(NLI, ["fit", "--config", f"{CONFIGS}/paper.yaml", "--data.data_dir",
                        "/data/snli_1.0"]) == NEEDS_DATASET.replace("/smoke/", "/paper/")
     assert error(NLI, ["fit"]) == (
