@@ -117,14 +117,19 @@ def boundary_scale_factor(option: float | str, mask: Tensor | None, lk: int,
     return float(lk) if mask is None else mask.sum(-1, keepdim=True).to(dtype)
 
 
+def boundary_distributions(left_scores: Tensor, right_scores: Tensor, mask: Tensor | None,
+                           scale: float | str = 1.0) -> tuple[Tensor, Tensor]:
+    """phi_l, phi_r (..., Lq, Lk) of Eq. 7-8 from boundary scores (..., Lq, Lk): the masked
+    softmax of scale * scores (a masked key gets no boundary mass)."""
+    s = boundary_scale_factor(scale, mask, left_scores.shape[-1], left_scores.dtype)
+    return masked_softmax(left_scores * s, mask), masked_softmax(right_scores * s, mask)
+
+
 def soft_window(left_scores: Tensor, right_scores: Tensor, mask: Tensor | None,
                 scale: float | str = 1.0, segment_size: int = 1) -> Tensor:
-    """M_hat from boundary scores (..., Lq, Lk): phi = masked softmax of scale * scores
-    (Eq. 7-8; a masked key gets no boundary mass), then Eq. 9-11."""
-    s = boundary_scale_factor(scale, mask, left_scores.shape[-1], left_scores.dtype)
-    phi_l = masked_softmax(left_scores * s, mask)  # (..., Lq, Lk)
-    phi_r = masked_softmax(right_scores * s, mask)
-    return window_mask(phi_l, phi_r, segment_size)
+    """M_hat from boundary scores (..., Lq, Lk): Eq. 7-8, then Eq. 9-11."""
+    return window_mask(*boundary_distributions(left_scores, right_scores, mask, scale),
+                       segment_size)
 
 
 def window_weights(scores: Tensor, mask: Tensor | None, m_hat: Tensor, variant: str,
@@ -320,13 +325,18 @@ class WindowMultiHead(MultiHeadCore):
         out = out.view(b, h, lq, v.shape[-1])
         return out, (None if weights is None else weights.view(b, h, lq, lk))
 
+    def boundary_scores(self, q, k, query_input=None, key_input=None) -> Tensor:
+        """Left and right boundary scores (B,2,H,Lq,Lk) before Eq. 7-8's softmax (with
+        :func:`boundary_distributions`: where each query's window starts and ends, for heat
+        maps); the inputs as :meth:`forward` takes them."""
+        if self.boundary == "paper":
+            return self.boundaries(q, self.boundaries.keys(k))
+        return self.boundaries(query_input, self.boundaries.keys(key_input))
+
     def _plain(self, q, k, v, mask, need_weights, query_input, key_input):
         """Eq. 7-17 on whole (B, H, Lq, Lk) tensors through autograd (the reference of the
         fused path, and what it computes)."""
-        if self.boundary == "paper":
-            bounds = self.boundaries(q, self.boundaries.keys(k))  # (B,2,H,Lq,Lk)
-        else:
-            bounds = self.boundaries(query_input, self.boundaries.keys(key_input))
+        bounds = self.boundary_scores(q, k, query_input, key_input)  # (B,2,H,Lq,Lk)
         m_hat = soft_window(bounds[:, 0], bounds[:, 1], mask, self.boundary_scale,
                             self.segment_size)  # (B,H,Lq,Lk)
         scale = 1.0 / math.sqrt(q.shape[-1])
