@@ -74,7 +74,11 @@ def package_imports() -> dict[str, set[str]]:
                 source = _notebook_code(path)
             else:
                 continue
-            edges[package] |= (_imported_modules(source) & set(PACKAGES)) - {package}
+            try:
+                imported = _imported_modules(source)
+            except SyntaxError as e:
+                raise AssertionError(f"{path.relative_to(ROOT)} does not parse: {e}") from e
+            edges[package] |= (imported & set(PACKAGES)) - {package}
     return edges
 
 
