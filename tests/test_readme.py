@@ -138,3 +138,48 @@ def test_links_point_to_existing_files_and_headings():
 def test_readme_links_every_docs_page():
     for page in sorted((ROOT / "docs").rglob("*.md")):
         assert f"docs/{page.relative_to(ROOT / 'docs').as_posix()}" in README, page
+
+
+# -- docs/papers.md and docs/design.md name code that exists ----------------------------------
+def _code_names() -> set[str]:
+    """Every name the packages define or use: functions, classes, arguments, assignments,
+    attributes."""
+    names = set()
+    for package in ("attention", "lit_models", "datamodules", "experiments"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                    names.add(node.name)
+                elif isinstance(node, ast.arg):
+                    names.add(node.arg)
+                elif isinstance(node, ast.Name):
+                    names.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    names.add(node.attr)
+    return names
+
+
+def _looks_like_code(word: str) -> bool:
+    """A function, class or constant name, not a symbol of an equation (`Lq`, `h_j`, `phi_l`)
+    or a flag value (`mw`): snake_case of words of 2+ letters, CapWords, or CONSTANT_NAMES."""
+    if re.fullmatch(r"[a-z][a-z0-9]+(_[a-z0-9]{2,})+", word):
+        return True
+    if re.fullmatch(r"[A-Z][a-z0-9]{2,}([A-Z][a-z0-9]*)*", word):
+        return True
+    return bool(re.fullmatch(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)+", word))
+
+
+def test_docs_name_existing_files_and_code():
+    names = _code_names()
+    packages = r"(?:attention|lit_models|datamodules|experiments)"
+    for page in ("papers.md", "design.md"):
+        text = (ROOT / "docs" / page).read_text()
+        for path in re.findall(rf"`({packages}/[\w/.]+)`", text):
+            assert (ROOT / path).exists(), f"docs/{page} names {path}, which does not exist"
+        for token in re.findall(r"`([A-Za-z_][\w.]*)`", text):
+            if token.split(".")[0] == "torch" or token.endswith((".py", ".md", ".cpp")):
+                continue
+            for part in filter(_looks_like_code, token.split(".")):
+                assert part in names, f"docs/{page} names `{token}`: no {part} in the code"
+    assert _looks_like_code("quasi_attention") and _looks_like_code("CodaMultiHead")
+    assert not any(map(_looks_like_code, ("Lq", "h_j", "phi_l", "mw", "MQT")))
