@@ -4,16 +4,16 @@
 # node with the same MASTER_ADDR / MASTER_PORT and that node's NODE_RANK:
 #
 #   NNODES=2 NPROC_PER_NODE=4 NODE_RANK=0 MASTER_ADDR=node0 MASTER_PORT=29500 \
-#       experiments/launch/torchrun.sh coda_mt table4 coda 0 paper
-#   experiments/launch/torchrun.sh EXPERIMENT GRID CELL [SEED] [CONFIG] [-- OVERRIDES...]
+#       experiments/cluster/torchrun.sh coda_mt table4 coda 0 paper
+#   experiments/cluster/torchrun.sh EXPERIMENT GRID CELL [SEED] [CONFIG] [-- OVERRIDES...]
 #
-# As experiments/launch/slurm.sbatch: the cell's own `fit` command (`grid --dry-run`) with
+# As experiments/cluster/slurm.sbatch: the cell's own `fit` command (`grid --dry-run`) with
 # --trainer.num_nodes / --trainer.devices / --trainer.strategy=ddp added.  Environment:
 # NNODES (1), NPROC_PER_NODE (1), NODE_RANK (0), MASTER_ADDR (127.0.0.1), MASTER_PORT
 # (29500), ATTNREPRO_PYTHON (.venv/bin/python), ACCELERATOR (gpu), SUBCOMMAND (fit).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-mapfile -t cmd < <(experiments/launch/cell_command "$@")
+mapfile -t cmd < <(experiments/cluster/cell_command "$@")
 nnodes=${NNODES:-1}
 nproc=${NPROC_PER_NODE:-1}
 # cmd[0] is the interpreter: torchrun runs the script with its own

@@ -1,4 +1,4 @@
-"""The cluster launchers (experiments/launch/): a grid cell started by srun (Lightning's SLURM
+"""The cluster launchers (experiments/cluster/): a grid cell started by srun (Lightning's SLURM
 environment) or torchrun (its TorchElastic environment) on two CPU processes forms one run
 whose validation metrics equal a single process's.  srun is stood in for by a script that
 starts the tasks with the variables srun sets; torchrun is the real one.  As in
@@ -16,7 +16,7 @@ from tests.conftest import ROOT, last_values
 
 pytestmark = pytest.mark.slow
 
-LAUNCH = ROOT / "experiments" / "launch"
+LAUNCH = ROOT / "experiments" / "cluster"
 CELL = ["coda_mlu", "table6", "coda", "0", "smoke", "--", "--trainer.limit_val_batches=1.0"]
 KEYS = ("val/loss", "val/exact_match")
 
