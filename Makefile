@@ -5,6 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
 PYTEST_WORKERS ?= 2
+# $(,): a comma inside $(call ...)'s arguments
+, := ,
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
 .PHONY: setup setup-dev demo test test-fast lint bench lock clean
@@ -34,6 +36,72 @@ demo: setup
 	$(BIN)/python experiments/coda_mlu.py report table6 --config demo --curve
 	@echo; echo "The same models trained 20,000 steps (committed: results/coda_mlu_curve.md):"
 	@cat results/coda_mlu_curve.md
+
+# results: reruns every committed result that takes under 15 minutes on this 2-core machine
+# (2-core AMD EPYC, AVX-512; times measured from each run's logged wall clock, or estimated
+# where marked, in results/README.md) with the command its results/*.md names, and writes
+# each command's own output over the tracked file that holds it: `git diff results/` then
+# shows what changed.  Where a folder names its files by the commit that made them, the
+# rerun adds <name>_<commit>.* beside them (`git status` shows it; <commit> ends in -dirty
+# when the code differs from HEAD).  The prose and tables of results/*.md are not rewritten:
+# compare them with the new output.  No test reads a file written here.  One run at a time:
+# do not give make -j, and keep the machine quiet (benchmarks wait up to 20 s for it).
+#   included (minutes):  decoding_bench (about 3, estimated), adm_decoder_bench (3-8, est.),
+#     attention_kernels_after (4-6, est.), window_kernels_cpp cpp + fallback (4),
+#     attention_interleaved (5), model_cost_interleaved SST (2-3) and translation (12),
+#     make demo's grid (8: results/coda_mlu_demo_isa/<capability>.md),
+#     dwin_classification_cost (8-12, est.), dwin_mt_table4_speed (6-10, est.),
+#     CoDA Figure 2 (about 10 by experiments/figures.py: coda_fig2_summary.csv, coda_fig2.png);
+#     about 70-85 minutes in all.
+#   left out:  too long: coda_mlu_curve (20,000 steps x 4 cells, about 2 h),
+#     sst_table5_repro (CoDA 52 min, DW about 1.7 h for 2 seeds), coda_ranking_wikiqa_cpu
+#     (about 55 min), coda_mt_small (about 50 min), qadm_mt_small (22 + 38 min),
+#     coda_mlu_demo_isa's AVX2 and default grids (17 min beside the demo's 8),
+#     dwin_mt_cost's one-run-per-cell grid (15-20 min, est.; its interleaved measure is in);
+#     not at this code: attention_kernels_before (864994e's kernels);
+#     superseded: window_variants_bench (attention_interleaved measures MW and AW).
+#   DW Table 5's report is re-derived from results/sst_table5_runs by tests/test_results.py.
+RESULTS_SHORT := results-decoding results-adm-decoder results-attention-kernels \
+                 results-window-kernels results-attention-interleaved results-model-cost \
+                 results-model-cost-translation results-demo results-dwin-classification-cost \
+                 results-dwin-mt-speed results-fig2
+RESULTS_RUNS  := $(CURDIR)/runs/results
+COMMIT        := $(shell git rev-parse --short=7 HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- attention benchmarks datamodules experiments lit_models pyproject.toml 2>/dev/null || echo -dirty)
+ATTN_BENCH    := $(BIN)/python -m benchmarks.attention --threads 2 --json
+# $(call keep,FILE,COMMAND): COMMAND's standard output replaces FILE only if COMMAND succeeds
+keep = mkdir -p $(dir $(1)) && $(2) > $(1).part && mv $(1).part $(1)
+
+.PHONY: results $(RESULTS_SHORT)
+.NOTPARALLEL:  # the reruns time themselves: one at a time even under make -j
+results: $(RESULTS_SHORT)
+
+results-decoding: setup
+	$(call keep,results/decoding_bench.jsonl,$(BIN)/python -m benchmarks.decoding --threads 2 --json)
+results-adm-decoder: setup
+	$(call keep,results/adm_decoder_bench.jsonl,$(ATTN_BENCH) --mechanisms additive$(,)density$(,)structured --contexts decoder$(,)decoder_step)
+results-attention-kernels: setup
+	$(call keep,results/attention_kernels_after.jsonl,$(ATTN_BENCH) --mechanisms softmax$(,)coda$(,)window --lengths 512$(,)1024 --contexts multihead --wait-quiet 20)
+results-window-kernels: setup
+	$(call keep,results/window_kernels_cpp/cpp.jsonl,$(ATTN_BENCH) --mechanisms softmax$(,)window --lengths 512$(,)1024 --contexts multihead --wait-quiet 20)
+	$(call keep,results/window_kernels_cpp/fallback.jsonl,ATTNREPRO_WINDOW_CPP=0 $(ATTN_BENCH) --mechanisms softmax$(,)window --lengths 512$(,)1024 --contexts multihead --wait-quiet 20)
+results-attention-interleaved: setup
+	$(call keep,results/attention_interleaved/run_$(COMMIT).jsonl,$(ATTN_BENCH) --mechanisms softmax$(,)coda$(,)window --lengths 512$(,)1024 --contexts multihead --warmup 3 --interleave 30 --wait-quiet 20)
+results-model-cost: setup
+	$(call keep,results/model_cost_interleaved/run_$(COMMIT).jsonl,$(BIN)/python -m benchmarks.model_cost --threads 2 --json)
+results-model-cost-translation: setup
+	$(call keep,results/model_cost_interleaved/translation_$(COMMIT).jsonl,$(BIN)/python -m benchmarks.model_cost --model translation --rounds 2 --steps 15 --warmup 3 --threads 2 --json)
+results-demo: setup
+	ATTNREPRO_RUNS=$(RESULTS_RUNS) $(BIN)/python experiments/coda_mlu.py grid table6 --config demo --jobs 2 --threads 1
+	cap=$$($(BIN)/python -c "import torch; print(torch.backends.cpu.get_cpu_capability().lower())") && \
+	$(call keep,results/coda_mlu_demo_isa/$$cap.md,ATTNREPRO_RUNS=$(RESULTS_RUNS) $(BIN)/python experiments/coda_mlu.py report table6 --config demo --curve)
+results-dwin-classification-cost: setup
+	ATTNREPRO_RUNS=$(RESULTS_RUNS) $(BIN)/python experiments/dwin_classification.py grid cost --config speed --jobs 1 --threads 2 --seeds 3
+	$(call keep,results/dwin_classification_cost/report_$(COMMIT).md,ATTNREPRO_RUNS=$(RESULTS_RUNS) $(BIN)/python experiments/dwin_classification.py report cost --config speed)
+results-dwin-mt-speed: setup
+	ATTNREPRO_RUNS=$(RESULTS_RUNS) $(BIN)/python experiments/dwin_mt.py grid table4 --config speed --jobs 1 --threads 2
+	$(call keep,results/dwin_mt_table4_speed/report_$(COMMIT).md,ATTNREPRO_RUNS=$(RESULTS_RUNS) $(BIN)/python experiments/dwin_mt.py report table4 --config speed)
+results-fig2: setup
+	ATTNREPRO_THREADS=1 $(BIN)/python -m experiments.figures coda_fig2 --out results
 
 test: setup-dev
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q
