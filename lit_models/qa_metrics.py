@@ -51,13 +51,17 @@ def _exact(prediction: str, gold: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
+def _harmonic(common: int, predicted: int, true: int) -> float:
+    """F1 from the tokens in common and the sizes of the prediction and the gold answer."""
+    if common == 0:
+        return 0.0
+    precision, recall = common / predicted, common / true
+    return 2 * precision * recall / (precision + recall)
+
+
 def _f1(prediction: str, gold: str) -> float:
     pred, true = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    same = sum((Counter(pred) & Counter(true)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(true)
-    return 2 * precision * recall / (precision + recall)
+    return _harmonic(sum((Counter(pred) & Counter(true)).values()), len(pred), len(true))
 
 
 def exact_match(prediction: str, golds: Sequence[str]) -> float:
@@ -85,11 +89,7 @@ def _quasar_exact(prediction: str, gold: str) -> float:
 def _quasar_f1(prediction: str, gold: str) -> float:
     true = {quasar_clean(t) for t in gold.split()}
     pred = {quasar_clean(t) for t in prediction.split()}
-    overlap = len(true & pred)
-    if overlap == 0:
-        return 0.0
-    precision, recall = overlap / len(pred), overlap / len(true)
-    return 2 * precision * recall / (precision + recall)
+    return _harmonic(len(true & pred), len(pred), len(true))
 
 
 def quasar_exact_match(prediction: str, golds: Sequence[str]) -> float:

@@ -29,6 +29,7 @@ from lit_models import qa_metrics as qa
 from lit_models.decaprop import DecaProp
 from lit_models.decaprop_layers import (
     BidirectionalAttentionConnector,
+    BiGRU,
     FactorizationMachine,
     best_spans,
 )
@@ -276,9 +277,27 @@ def test_decacore_width_is_2dL_plus_6L_squared(encoder_bac):
     assert model.net.dim == 2 * d * layers + 6 * layers ** 2
     assert len(model.net.core) == layers ** 2
     extra = 6 if encoder_bac else 0  # the first commit: [c_l; BAC(c_l, q_l)] feeds layer l+1
-    assert model.net.encoder[1].gru.input_size == 2 * d + extra
+    assert model.net.encoder[1].forward_gru.input_size == 2 * d + extra
     c, q = model.net.encode(*inputs(batch_of_four())[:4])
     assert c.shape[-1] == q.shape[-1] == model.net.dim
+
+
+def test_bigru_equals_torchs_bidirectional_gru_over_packed_sequences():
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    torch.manual_seed(0)
+    ours = BiGRU(5, 3, dropout=0.0)
+    reference = torch.nn.GRU(5, 3, batch_first=True, bidirectional=True)
+    with torch.no_grad():
+        for name, value in ours.forward_gru.named_parameters():
+            getattr(reference, name).copy_(value)
+        for name, value in ours.backward_gru.named_parameters():
+            getattr(reference, f"{name}_reverse").copy_(value)
+    x, lengths = torch.randn(3, 7, 5), torch.tensor([7, 4, 1])
+    mask = torch.arange(7)[None] < lengths[:, None]
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    expected, _ = pad_packed_sequence(reference(packed)[0], batch_first=True, total_length=7)
+    torch.testing.assert_close(ours(x, mask), expected)
 
 
 def test_best_span_equals_the_naive_double_loop():
