@@ -15,7 +15,7 @@ import csv
 import importlib
 from pathlib import Path
 
-from experiments.runner import format_curves, format_report, learning_curves
+from experiments.report import format_curves, format_report, learning_curves
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -173,6 +173,10 @@ class Experiment:
         used = [n for n in self.dataset_names() if n in stems]
         return used + sorted(stems - set(used))
 
+    def grid_folder(self, grid: Grid, config: str) -> Path:
+        """The folder of ``grid``'s runs with ``config``: ``runs/<experiment>/<grid>-<config>``."""
+        return runs_root() / self.name / group_name(grid, config)
+
     def grid(self, name: str) -> Grid:
         if name not in self.grids:
             raise SystemExit(f"{self.name} has no grid {name!r}; grids: {', '.join(self.grids)}")
@@ -184,3 +188,30 @@ class Experiment:
         from experiments.runner import main
 
         main(self, argv)
+
+
+#: a grid run's folder is ``<cell><SEED><k>`` (``coda-seed0``)
+SEED = "-seed"
+
+
+def group_name(grid: Grid, config: str) -> str:
+    """The run group of ``grid``'s cells under ``config``: ``<grid>-<config>``."""
+    return f"{grid.name}-{config}"
+
+
+def run_name(cell: Cell, seed: int) -> str:
+    """The name (and folder) of ``cell``'s run with ``seed``: ``<cell>-seed<k>``."""
+    return f"{cell.name}{SEED}{seed}"
+
+
+def seed_of(run: Path, cell: Cell) -> int | None:
+    """The seed of the run folder ``run`` of ``cell`` (``coda-seed3``: 3); None for a folder
+    of another cell, also one whose name starts with this one's (``coda_encoder-seed0``)."""
+    prefix = f"{cell.name}{SEED}"
+    rest = run.name[len(prefix):] if run.name.startswith(prefix) else ""
+    return int(rest) if rest.isdecimal() else None
+
+
+def cell_runs(root: Path, cell: Cell) -> list[Path]:
+    """The run folders of ``cell``'s seeds under a grid's folder, in name order."""
+    return [d for d in sorted(root.glob(f"{cell.name}{SEED}*")) if seed_of(d, cell) is not None]

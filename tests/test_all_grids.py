@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.runner import Experiment, run_cli
+from experiments.cli import run_cli
+from experiments.grid_model import Experiment
 from tests.fixtures.make_fixtures import DATASETS, FIXTURES, fixture_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +107,7 @@ def test_datasets_switch_one_way(script):
 def parsed_config(script: str, grid: str, cell: str, config: str, capsys,
                   monkeypatch) -> dict:
     """The config LightningCLI resolves from a cell's command (``--print_config``)."""
-    from experiments.runner import cell_command
+    from experiments.launch import cell_command
 
     exp = experiment(script)
     g = exp.grid(grid)

@@ -15,7 +15,7 @@ import torch
 import yaml
 from torch import nn
 
-from experiments.runner import check_average_last
+from experiments.cli import check_average_last
 from lit_models.averaging import (
     average_checkpoints,
     average_state_dicts,

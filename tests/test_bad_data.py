@@ -64,7 +64,7 @@ from datamodules.translation import (
     read_text_pairs,
 )
 from experiments import coda_mt, coda_nli, coda_ranking, dwin_classification
-from experiments.runner import data_error_in, unwrapped
+from experiments.errors import data_error_in, unwrapped
 from tests.test_cli import error
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import yaml
 
 from datamodules.common import shared_data_dir
 from experiments import coda_sentiment, dwin_classification, dwin_lm
-from experiments.runner import run_cli
+from experiments.cli import run_cli
 from lit_models.transformer import TransformerClassifier
 from tests.conftest import last_values, read_jsonl, run, shared_path
 from tests.wandb_records import records

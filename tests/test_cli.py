@@ -19,13 +19,10 @@ import yaml
 
 from attention import REGISTRY, build
 from experiments import coda_mlu, coda_mt, coda_nli, decomp_snli
-from experiments.runner import (
-    Experiment,
-    cell_command,
-    check_attention_args,
-    check_dataset_args,
-    run_cli,
-)
+from experiments.cli import run_cli
+from experiments.grid_model import Experiment
+from experiments.launch import cell_command
+from experiments.preflight import check_attention_args, check_dataset_args
 
 ROOT = Path(__file__).resolve().parents[1]
 NLI = coda_nli.EXPERIMENT
@@ -187,6 +184,31 @@ def test_missing_dataset_config(monkeypatch):
     # a dataset given: no complaint
     check_dataset_args(NLI, "fit", ["--config", SMOKE, "--config", SNLI])
     check_dataset_args(NLI, "fit", ["--config", SMOKE, "--data", "SNLIDataModule"])
+
+
+def test_a_config_given_with_c_counts():
+    """``-c FILE`` is ``--config FILE`` to LightningCLI: the dataset check reads it too (it once
+    read only ``--config``: ``-c SMOKE -c SNLI`` was told to add a dataset)."""
+    check_dataset_args(NLI, "fit", ["-c", SMOKE, "-c", SNLI])
+    check_dataset_args(NLI, "fit", ["-c", SMOKE, "--config", SNLI])
+    with pytest.raises(SystemExit) as done:
+        check_dataset_args(NLI, "fit", ["-c", SMOKE])
+    assert done.value.code == NEEDS_DATASET
+
+
+def test_the_checks_read_each_config_file_once(monkeypatch):
+    """The command line is read once for every check before LightningCLI: each config file
+    once (the dataset and the attention checks each read them before)."""
+    read, real = [], Path.read_text
+
+    def counted(path, *args, **kwargs):
+        read.append(path.name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    assert error(NLI, ["fit", "--config", SMOKE, "-c", SNLI, "--model.attention", "cods"]) == (
+        UNKNOWN_CODS)
+    assert sorted(read) == ["smoke.yaml", "snli.yaml"]
 
 
 def test_unknown_attention_name_or_option(tmp_path):
@@ -386,6 +408,9 @@ def test_debug_shows_the_traceback(runs, monkeypatch):
     (["--model.norm", "mid"],
      ["coda_mlu.py fit: error: --model.norm: 'mid' is not one of pre, post"]),
     (["--config", "{bad}"],
+     ["coda_mlu.py fit: error: Subcommand 'fit' does not accept option 'model.dropoutt' (the "
+      "key 'model.dropoutt' of {bad}); model.dropoutt: did you mean --model.dropout?"]),
+    (["-c", "{bad}"],  # -c is --config: its file is named too
      ["coda_mlu.py fit: error: Subcommand 'fit' does not accept option 'model.dropoutt' (the "
       "key 'model.dropoutt' of {bad}); model.dropoutt: did you mean --model.dropout?"]),
     (["--model.d_model", "abc"],  # a value of the wrong type (was three lines)

@@ -115,7 +115,7 @@ def test_learning_curves_from_written_logs(tmp_path, monkeypatch):
     """``report --curve`` and experiments/curves.py on CSV logs written here: the mean over
     seeds per step, optimiser steps counted from Lightning's logged step + 1."""
     from experiments import coda_mlu, curves
-    from experiments.runner import format_curves
+    from experiments.report import format_curves
 
     monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
     root = tmp_path / "runs" / "coda_mlu" / "table6-demo"
@@ -142,7 +142,8 @@ def test_learning_curves_from_written_logs(tmp_path, monkeypatch):
 def test_report_reads_hyperparameters_and_scales_each_column(tmp_path, monkeypatch):
     """A grid column may read the run's hparams.yaml (``hparams/n_parameters``, as DW Table 4)
     and have a scale of its own (parameters in millions beside steps/s as logged)."""
-    from experiments.runner import Cell, Experiment, Grid, format_report
+    from experiments.grid_model import Cell, Experiment, Grid
+    from experiments.report import format_report
 
     monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
     grid = Grid("t4", "speed", {"Params (M)": "hparams/n_parameters",
@@ -180,49 +181,49 @@ def test_wandb_disabled_writes_nothing(env, tmp_path):
 def test_wandb_never_waits_for_the_network(monkeypatch, tmp_path, capsys):
     """Online only with an API key for the W&B server and a server that answers; else
     offline, said once; an explicit WANDB_MODE is kept; no key: no connection is tried."""
-    from experiments import runner
+    from experiments import loggers
 
-    reachable = runner._reachable
+    reachable = loggers._reachable
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no ~/.config/wandb/settings
     for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_CONFIG_DIR", "NETRC"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(runner, "_WARNED_OFFLINE", [])
+    monkeypatch.setattr(loggers, "_WARNED_OFFLINE", [])
     asked: list[str] = []
 
     def never(url, timeout=3.0):
         raise AssertionError("no key: no connection should be tried")
 
-    monkeypatch.setattr(runner, "_reachable", never)
-    assert runner.wandb_mode() == "offline"
+    monkeypatch.setattr(loggers, "_reachable", never)
+    assert loggers.wandb_mode() == "offline"
     # the server W&B would use: its default, the host `wandb login --host` saved, the variable
-    default = runner.wandb_host()
+    default = loggers.wandb_host()
     assert default.startswith("https://api.")
     settings = tmp_path / ".config" / "wandb" / "settings"
     settings.parent.mkdir(parents=True)
     settings.write_text("[default]\nbase_url = http://wandb.example:8080\n")
-    assert runner.wandb_host() == "http://wandb.example:8080"
+    assert loggers.wandb_host() == "http://wandb.example:8080"
     monkeypatch.setenv("WANDB_BASE_URL", "http://wandb.test:8081")
-    assert runner.wandb_host() == "http://wandb.test:8081"
+    assert loggers.wandb_host() == "http://wandb.test:8081"
 
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
-    monkeypatch.setattr(runner, "_reachable", lambda url, timeout=3.0: asked.append(url))
-    assert runner.wandb_mode() == "offline" and runner.wandb_mode() == "offline"
+    monkeypatch.setattr(loggers, "_reachable", lambda url, timeout=3.0: asked.append(url))
+    assert loggers.wandb_mode() == "offline" and loggers.wandb_mode() == "offline"
     assert asked == ["http://wandb.test:8081"] * 2
     assert capsys.readouterr().err.splitlines() == [
         "W&B: http://wandb.test:8081 is not reachable: logging offline under the run folder "
         "(upload later with `wandb sync`)"]
-    monkeypatch.setattr(runner, "_reachable", lambda url, timeout=3.0: True)
-    assert runner.wandb_mode() == "online"
+    monkeypatch.setattr(loggers, "_reachable", lambda url, timeout=3.0: True)
+    assert loggers.wandb_mode() == "online"
     # a key saved by `wandb login` in ~/.netrc counts for its own host only
     monkeypatch.delenv("WANDB_API_KEY")
     (tmp_path / ".netrc").write_text("machine wandb.test\n  login user\n  password " + "k" * 40
                                      + "\n")
-    assert runner.wandb_mode() == "online"
+    assert loggers.wandb_mode() == "online"
     monkeypatch.setenv("WANDB_BASE_URL", "http://other.test:8081")
-    monkeypatch.setattr(runner, "_reachable", never)
-    assert runner.wandb_mode() == "offline"
+    monkeypatch.setattr(loggers, "_reachable", never)
+    assert loggers.wandb_mode() == "offline"
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    assert runner.wandb_mode() == "disabled"
+    assert loggers.wandb_mode() == "disabled"
     # the check itself: a closed local port answers at once, unreachable
     import socket
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from experiments import coda_mlu
-from experiments.runner import _run_lock
+from experiments.launch import _run_lock
 from tests.conftest import start
 
 ROOT = Path(__file__).resolve().parents[1]

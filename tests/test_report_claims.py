@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from experiments import coda_sentiment, dwin_lm
-from experiments.runner import Cell, Grid, format_report
+from experiments.grid_model import Cell, Grid
+from experiments.report import format_report
 from experiments.significance import aggregate, metric_name, run_units
 
 

@@ -20,16 +20,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiments.runner import (
-    Cell,
-    Experiment,
-    Grid,
+from experiments.grid_model import Cell, Experiment, Grid
+from experiments.loggers import (
     log_grid_summary,
     metric_summary,
     prediction_files,
     read_predictions,
-    summary_table,
 )
+from experiments.report import summary_table
 from tests.conftest import last_values, run, shared_path
 from tests.wandb_records import config, history, run_info, summary, table
 

@@ -1,0 +1,277 @@
+"""``fit``, ``validate`` and ``test``: LightningCLI with the suite's run options (``--run.*``),
+loggers (experiments/loggers.py), argument links that fetch the data first, and one-line
+errors (experiments/errors.py).  After ``fit``, ``--run.test_after_fit true`` tests the
+final weights, or with ``--run.average_last N`` the average of the last N checkpoints.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import warnings
+from functools import partial
+from pathlib import Path
+
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from experiments.command_line import CLI_COMMANDS, CommandLine
+from experiments.errors import (
+    ConfigError,
+    DataErrorInLink,
+    closest_options,
+    compact_error,
+    data_error_in,
+    data_errors,
+    data_message,
+    debug,
+    unwrapped,
+)
+from experiments.grid_model import Experiment
+from experiments.loggers import finish_wandb, log_predictions, make_loggers
+from experiments.preflight import missing_dataset_message
+from lit_models.base import NonFiniteLossError
+
+warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+
+
+#: the options of a run beside the model's, the data's and the trainer's: --run.<name>
+RUN_OPTIONS = {
+    "group": (str, "adhoc", "run group: runs/<experiment>/<group>/, the W&B group"),
+    "name": (str | None, None, "run name (default: a time stamp)"),
+    "grid": (str | None, None, "the grid (paper table) of the run, set by grid/cell: the W&B "
+                               "config's grid"),
+    "cell": (str | None, None, "the grid's cell (table row) of the run, set by grid/cell: the "
+                               "W&B config's cell"),
+    "test_after_fit": (bool, False, "after fit, test on the test split"),
+    "test_ckpt": (str | None, None, "checkpoint to test after fit: None = final weights, "
+                                    "'best' = the best monitored checkpoint"),
+    "average_last": (int | None, None, "after fit, average the last N step checkpoints into "
+                                       "checkpoints/averaged-last<N>.ckpt and test on it "
+                                       "(None/0: off)"),
+    "wandb": (bool, True, "log to W&B (offline without an API key)"),
+}
+
+
+def run_cli(experiment: Experiment, argv: list[str] | None, line: CommandLine | None = None):
+    """LightningCLI for one run; returns the CLI object (tests inspect it).  ``argv`` None:
+    the process's command line; ``line``: the command line as the checks before read it."""
+    threads = os.environ.get("ATTNREPRO_THREADS")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    silence_lightning_tips()
+    line = line or CommandLine.parse(sys.argv[1:] if argv is None else argv)
+    try:
+        return ExperimentCLI(
+            experiment, experiment.model_class, experiment.datamodule_class,
+            subclass_mode_model=experiment.subclass_mode_model,
+            subclass_mode_data=experiment.subclass_mode_data,
+            auto_configure_optimizers=False, args=argv,
+            parser_class=parser_class(experiment, line),
+            save_config_kwargs={"overwrite": True},
+            # every DataModule of the suite shards its length-bucketed batches across
+            # processes itself (datamodules.common.BucketBatchSampler), so Lightning must
+            # not add a sampler
+            trainer_defaults={"use_distributed_sampler": False},
+        )
+    except (*data_errors(), DataErrorInLink) as caught:  # the data: one line
+        err = caught.error if isinstance(caught, DataErrorInLink) else caught
+        if debug():
+            raise err from err.__cause__  # its own traceback: where the reader found it
+        raise SystemExit(f"{experiment.name}.py: {data_message(err)}") from err
+    except ConfigError as err:
+        if debug():
+            raise
+        raise SystemExit(f"{experiment.name}.py: invalid configuration: {err} "
+                         f"(ATTNREPRO_DEBUG=1 shows the traceback)") from err
+    except NonFiniteLossError as err:  # the step and the last finite loss, in one line
+        if debug():
+            raise
+        raise SystemExit(f"{experiment.name}.py: {err}") from err
+
+
+class CompactParser(LightningArgumentParser):
+    """An argument error in two lines (the message, with the closest valid options for a
+    misspelt one, and where the help is) instead of the whole usage first."""
+
+    #: the experiment and the command line of the run (:func:`parser_class` sets them)
+    experiment: Experiment
+    line: CommandLine
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error or debug():
+            return super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        # the script's name, also when main() is called in-process
+        prog = " ".join([f"{self.experiment.name}.py",
+                         *parser.prog.replace(" [options]", "").split()[1:]])
+        message = compact_error(message, self.experiment, self.line)
+        sys.stderr.write(f"{prog}: error: {message}{closest_options(parser, message)}\n"
+                         f"(every option: {prog} --help)\n")
+        self.exit(2)
+
+
+def parser_class(experiment: Experiment, line: CommandLine) -> type[CompactParser]:
+    """A :class:`CompactParser` class of this run: jsonargparse builds the parsers of
+    subcommands, nested classes and ``--*.help`` as ``type(parser)(...)``, so what an error
+    message names travels with the class, not the instance."""
+    return type("CompactParser", (CompactParser,), {"experiment": experiment, "line": line})
+
+
+class ExperimentCLI(LightningCLI):
+    """LightningCLI with the suite's ``--run.*`` options, loggers, argument links, one-line
+    errors and what follows a fit (averaging, testing)."""
+
+    def __init__(self, experiment: Experiment, *args, **kwargs):
+        self.experiment = experiment  # before LightningCLI builds the parser and runs
+        super().__init__(*args, **kwargs)
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        # no model of the suite implements prediction: test writes what a run predicts
+        return {k: v for k, v in LightningCLI.subcommands().items() if k in CLI_COMMANDS}
+
+    def before_instantiate_classes(self):
+        # the abstract DataModule (e.g. --data.data_dir without a dataset config)
+        data = self.config[self.subcommand].get("data")
+        experiment = self.experiment
+        base = experiment.datamodule_class
+        if (experiment.subclass_mode_data and experiment.dataset_names()
+                and getattr(data, "class_path", None) == f"{base.__module__}."
+                                                         f"{base.__qualname__}"):
+            configs = [str(getattr(p, "relative", p))  # as the user typed it
+                       for p in self.config[self.subcommand].get("config") or []]
+            raise SystemExit(missing_dataset_message(experiment, self.subcommand, configs))
+
+    def instantiate_classes(self):
+        # a value the model's or DataModule's constructor refuses (a size of 0, options
+        # that cannot go together): one line, like a malformed file, not the errors of
+        # several lines jsonargparse wraps it in; a data error raised under such a
+        # wrapper: the data error itself
+        try:
+            super().instantiate_classes()
+        except data_errors():
+            raise
+        except ValueError as err:
+            cause = data_error_in(err)
+            if cause is not None:
+                raise cause from err
+            raise ConfigError(str(unwrapped(err))) from err
+
+    def add_arguments_to_parser(self, parser):
+        for name, (kind, default, text) in RUN_OPTIONS.items():
+            parser.add_argument(f"--run.{name}", type=kind, default=default, help=text)
+        # the same config, seed and thread count give the same numbers: torch refuses any
+        # operation without a deterministic implementation (none on the CPU; on CUDA,
+        # --trainer.deterministic warn runs them and says which)
+        parser.set_defaults({"trainer.deterministic": True})
+        prefix = "model.init_args." if self.experiment.subclass_mode_model else "model."
+        for source, target in self.experiment.links:
+            # the DataModule's files first (download what is missing), then the attribute
+            parser.link_arguments("data", prefix + target, apply_on="instantiate",
+                                  compute_fn=partial(prepared_attribute, source))
+
+    def instantiate_trainer(self, **kwargs):
+        run = self.config[self.subcommand]["run"]
+        trainer_cfg = self._get(self.config_init, "trainer", default={})
+        if trainer_cfg.get("logger", True) is not False:
+            kwargs["logger"] = make_loggers(self.experiment, run, self.model,
+                                            self.config[self.subcommand], self.subcommand)
+        return super().instantiate_trainer(**kwargs)
+
+    def before_fit(self):
+        check_average_last(self.trainer, self.config["fit"]["run"])
+
+    def after_fit(self):
+        run = self.config["fit"]["run"]
+        ckpt_path = run.test_ckpt
+        if run.average_last:
+            ckpt_path = average_after_fit(self.trainer, run.average_last)
+        if run.test_after_fit:
+            started = time.time()
+            # this run's own checkpoints: their hyper-parameters hold the attention
+            # objects, which torch's weights-only loader refuses
+            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path,
+                              weights_only=False if ckpt_path else None)
+            log_predictions(self.trainer, since=started)
+        finish_wandb()
+
+    def after_validate(self):
+        finish_wandb()
+
+    def before_test(self):
+        self.test_started = time.time()
+
+    def after_test(self):
+        log_predictions(self.trainer, since=getattr(self, "test_started", None))
+        finish_wandb()
+
+
+def prepared_attribute(name: str, datamodule):
+    """``datamodule.<name>`` after its files are there (datamodules.fetch.prepare: downloads
+    what is missing, once, locked across processes): argument links read the DataModule's
+    vocabulary before Lightning would call ``prepare_data``.  A malformed, missing or
+    undownloadable file ends the command in one line (:class:`DataErrorInLink`)."""
+    from datamodules.fetch import prepare
+
+    try:
+        prepare(datamodule)
+        return getattr(datamodule, name)
+    except data_errors() as err:
+        raise DataErrorInLink(err) from None
+
+
+def check_average_last(trainer, run) -> None:
+    """Before fit: ``--run.average_last N`` needs every step checkpoint kept, and names the
+    checkpoint to test, so it cannot go with ``--run.test_ckpt``."""
+    n = run.average_last
+    if not n:
+        return
+    if n < 0:
+        raise SystemExit(f"--run.average_last must be a number of checkpoints, got {n}")
+    if run.test_ckpt is not None:
+        raise SystemExit(f"--run.average_last {n} tests on the average; it cannot go with "
+                         f"--run.test_ckpt {run.test_ckpt}")
+    callback = trainer.checkpoint_callback
+    if callback is None or callback.save_top_k != -1:
+        found = "none" if callback is None else f"save_top_k {callback.save_top_k}"
+        raise SystemExit(f"--run.average_last {n} averages the last {n} step checkpoints, so "
+                         "the trainer needs a ModelCheckpoint keeping them all (save_top_k: -1, "
+                         f"e.g. every_n_train_steps); found: {found}")
+
+
+def average_after_fit(trainer, n: int) -> Path:
+    """Average the last ``n`` checkpoints of the run (in the trainer's ModelCheckpoint
+    folder) into ``averaged-last<n>.ckpt`` beside them, log which ones, and return its path.
+    Rank 0 writes it; the other processes wait for it."""
+    from lit_models.averaging import average_last, averaged_name
+
+    folder = Path(trainer.checkpoint_callback.dirpath)
+    out = folder / averaged_name(n)
+    if trainer.is_global_zero:
+        try:
+            paths, _ = average_last(folder, n, out)
+        except (FileNotFoundError, ValueError) as e:  # too few checkpoints: say so, no trace
+            raise SystemExit(f"--run.average_last {n}: {e}") from e
+        names = [p.name for p in paths]
+        print(f"averaged the last {n} checkpoints of {folder}: {', '.join(names)} -> {out.name}",
+              flush=True)
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"averaged_checkpoints": names})
+    trainer.strategy.barrier("average_checkpoints")
+    return out
+
+
+def _not_a_tip(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("\N{ELECTRIC LIGHT BULB} Tip:")
+
+
+def silence_lightning_tips() -> None:
+    """Drop Lightning's advertisements ("💡 Tip: ... litlogger / litmodels"), printed at
+    every run by its rank-zero logger with no setting to turn them off (Lightning 2.6;
+    Lightning-AI/pytorch-lightning#21294): a filter on that logger for those lines only."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_not_a_tip)  # once: the same function is kept once

@@ -1,0 +1,335 @@
+"""``grid``, ``cell`` and ``sweep``: the runs of a grid.  Every cell and seed is the same ``fit``
+command a user would type (:func:`cell_command`), started as a process of its own in its run
+folder (``runs/<experiment>/<grid>-<config>/<cell>-seed<k>/``, its output in ``output.log``);
+``grid`` runs them locally, ``--jobs`` at a time, ``cell`` runs one (what a W&B sweep agent
+calls) and ``sweep`` writes the W&B sweep YAML of the grid.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, NamedTuple
+
+import yaml
+
+from experiments.command_line import chosen_config, grid_parser, split_extra
+from experiments.grid_model import (
+    PROJECT_ROOT,
+    Cell,
+    Experiment,
+    Grid,
+    group_name,
+    run_name,
+    runs_root,
+)
+from experiments.loggers import log_grid_summary
+from experiments.report import read_run_metrics
+
+
+class Job(NamedTuple):
+    """One cell and seed of a grid: one run."""
+
+    cell: Cell
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return run_name(self.cell, self.seed)
+
+    @property
+    def label(self) -> str:
+        return f"{self.cell.name} seed {self.seed}"
+
+
+@dataclass
+class Launched:
+    """A job's run once started: its process, the log it writes and, under ``grid``, the lock
+    it holds on its run folder."""
+
+    job: Job
+    proc: subprocess.Popen
+    log: IO[str]
+    run_dir: Path
+    lock: IO[str] | None = None
+    started: float = field(default_factory=time.time)
+
+    def close(self) -> None:
+        self.log.close()
+        if self.lock is not None:
+            self.lock.close()
+
+
+def cell_command(experiment: Experiment, grid: Grid, cell: Cell, seed: int, config: str,
+                 extra: list[str] = ()) -> list[str]:
+    """The ``fit`` command of one cell and seed: what the user would type."""
+    script = experiment.script or PROJECT_ROOT / "experiments" / f"{experiment.name}.py"
+    path = experiment.config_path(config)
+    args = [a.replace("{config}", str(path.with_suffix(""))) for a in cell.args]
+    return [sys.executable, str(script), "fit", "--config", str(path),
+            *args, f"--seed_everything={seed}", f"--run.group={group_name(grid, config)}",
+            f"--run.name={run_name(cell, seed)}", f"--run.grid={grid.name}",
+            f"--run.cell={cell.name}", "--run.test_after_fit=true", *extra]
+
+
+@dataclass
+class GridRun:
+    """What the runs of one ``grid`` or ``cell`` command share."""
+
+    experiment: Experiment
+    grid: Grid
+    config: str
+    extra: list[str]
+    threads: int | None = None  # torch threads per run (None: torch's default)
+    resume: bool = False  # --skip-done: a stopped run goes on from its latest checkpoint
+
+    @property
+    def folder(self) -> Path:
+        return self.experiment.grid_folder(self.grid, self.config)
+
+    def command(self, job: Job) -> list[str]:
+        return cell_command(self.experiment, self.grid, job.cell, job.seed, self.config,
+                            self.extra)
+
+    def launch(self, job: Job) -> Launched:
+        """Start a job's run: from scratch, or (``resume``: a rerun with --skip-done) from the
+        latest checkpoint a stopped run of it left, in the same folder and W&B run."""
+        run_dir = self.folder / job.name
+        checkpoint = latest_checkpoint(run_dir) if self.resume else None
+        if checkpoint is None:
+            shutil.rmtree(run_dir, ignore_errors=True)  # a cell run starts fresh
+        run_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        if self.threads:
+            env["ATTNREPRO_THREADS"] = str(self.threads)
+        log = open(run_dir / "output.log", "a" if checkpoint else "w")
+        cmd = self.command(job)
+        if checkpoint is not None:
+            cmd.append(f"--ckpt_path={checkpoint}")
+            log.write(f"\n[grid] resumed from {checkpoint}\n")
+            log.flush()
+        # its own process group: stopping the grid stops the cell and whatever it started (DDP)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                cwd=PROJECT_ROOT, start_new_session=True)
+        return Launched(job, proc, log, run_dir)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint a stopped run resumes from: ``last.ckpt``, else the one of the highest
+    ``step=N`` in its name; None without checkpoints."""
+    folder = run_dir / "checkpoints"
+    if (folder / "last.ckpt").exists():
+        return folder / "last.ckpt"
+    steps = {}
+    for path in folder.glob("*.ckpt"):
+        match = re.search(r"step=(\d+)", path.name)
+        if match:
+            steps[int(match.group(1))] = path
+    return steps[max(steps)] if steps else None
+
+
+def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Terminate a cell's process group (SIGTERM, then SIGKILL after ``grace`` seconds)."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _run_lock(root: Path, run: str):
+    """An exclusive lock on one cell-and-seed run of a grid folder (``.<run>.lock``), held
+    by the grid that runs it; None when another grid holds it (that grid's pid is in the
+    file).  Two grids may share a folder (different cells), never a run."""
+    import fcntl
+
+    root.mkdir(parents=True, exist_ok=True)
+    handle = open(root / f".{run}.lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle
+
+
+def _lock_holder(root: Path, run: str) -> str:
+    try:
+        return (root / f".{run}.lock").read_text().strip() or "another process"
+    except OSError:
+        return "another process"
+
+def run_grid(experiment: Experiment, argv: list[str]) -> None:
+    argv, extra = split_extra(argv)
+    args = grid_parser(experiment, "grid").parse_args(argv)
+    grid = experiment.grid(args.grid)
+    config = chosen_config(experiment, args)
+    cells = [grid.cell(n) for n in args.cells] if args.cells else grid.cells
+    threads = args.threads or (max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1
+                               else None)
+    run = GridRun(experiment, grid, config, extra, threads, resume=args.skip_done)
+    todo = [Job(c, s) for s in range(args.seeds) for c in cells]
+    if args.skip_done:
+        todo = _not_done(run, todo)
+    if args.dry_run:
+        for job in todo:
+            print(" ".join(run.command(job)))
+        return
+    print(f"{experiment.name} grid {grid.name} ({grid.title}), config {config}: "
+          f"{len(todo)} runs, {args.jobs} at a time"
+          f"{f', {threads} thread(s) each' if threads else ''}; logs in {run.folder}",
+          flush=True)
+    failed: list[Path] = []
+    running: list[Launched] = []
+    start = time.time()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        _run_jobs(run, args.jobs, todo, running, failed)
+    except KeyboardInterrupt:
+        for launched in running:
+            _stop(launched.proc)
+            launched.log.close()
+        names = ", ".join(launched.job.label for launched in running) or "none"
+        raise SystemExit(f"grid stopped; cells stopped unfinished: {names} (rerun with "
+                         "--skip-done to keep the finished ones and resume these from their "
+                         "last checkpoint)") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for launched in running:
+            launched.lock.close()
+    print(f"grid finished in {time.time() - start:.0f}s", flush=True)
+    log_grid_summary(experiment, grid, config)
+    if failed:
+        raise SystemExit(f"{len(failed)} run(s) failed: " + ", ".join(map(str, failed)))
+
+
+def _not_done(run: GridRun, todo: list[Job]) -> list[Job]:
+    """--skip-done: the jobs whose CSV lacks a metric of the grid (said for each kept run and
+    each run that resumes from a checkpoint)."""
+    done = [job for job in todo if all(
+        v is not None for v in read_run_metrics(run.folder / job.name, run.grid).values())]
+    for job in done:
+        print(f"  kept {job.label}: finished before", flush=True)
+    todo = [job for job in todo if job not in done]
+    for job in todo:
+        checkpoint = latest_checkpoint(run.folder / job.name)
+        if checkpoint is not None:
+            print(f"  resuming {job.label} from {checkpoint.name} (stopped before)", flush=True)
+    return todo
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _run_jobs(run: GridRun, jobs: int, todo: list[Job], running: list[Launched],
+              failed: list[Path]) -> None:
+    """Run ``todo``, ``jobs`` at a time; ``running`` holds the runs started and not yet
+    finished (for the caller to stop), ``failed`` gets the folder of each run that failed."""
+    while todo or running:
+        while todo and len(running) < jobs:
+            job = todo.pop(0)
+            lock = _run_lock(run.folder, job.name)
+            if lock is None:  # another grid runs this very cell and seed: leave it alone
+                failed.append(run.folder / job.name)
+                print(f"  NOT RUN {job.label}: another grid is running it "
+                      f"({_lock_holder(run.folder, job.name)}); rerun with --skip-done "
+                      "once it has finished", flush=True)
+                continue
+            launched = run.launch(job)
+            launched.lock = lock
+            running.append(launched)
+        for launched in list(running):
+            if launched.proc.poll() is None:
+                continue
+            running.remove(launched)
+            launched.close()
+            _report_finished(run.grid, launched, failed)
+        time.sleep(0.2)
+
+
+def _report_finished(grid: Grid, launched: Launched, failed: list[Path]) -> None:
+    took = time.time() - launched.started
+    run_dir, label = launched.run_dir, launched.job.label
+    if launched.proc.returncode:
+        failed.append(run_dir)
+        tail = (run_dir / "output.log").read_text().splitlines()[-15:]
+        print(f"  FAILED {label} ({took:.0f}s): {run_dir / 'output.log'}\n    "
+              + "\n    ".join(tail), flush=True)
+    else:
+        values = read_run_metrics(run_dir, grid)
+        shown = ", ".join(f"{k} {v * grid.scale_of(k):.2f}" for k, v in values.items()
+                          if v is not None)
+        print(f"  done {label} ({took:.0f}s): {shown}", flush=True)
+
+
+def run_one_cell(experiment: Experiment, argv: list[str]) -> None:
+    argv, extra = split_extra(argv)
+    args = grid_parser(experiment, "cell", with_cell=True).parse_args(argv)
+    grid = experiment.grid(args.grid)
+    config = chosen_config(experiment, args)
+    launched = GridRun(experiment, grid, config, extra).launch(
+        Job(grid.cell(args.cell), args.seed))
+    launched.proc.wait()
+    launched.close()
+    sys.stdout.write((launched.run_dir / "output.log").read_text())
+    if launched.proc.returncode:
+        raise SystemExit(launched.proc.returncode)
+
+
+def write_sweep(experiment: Experiment, argv: list[str]) -> None:
+    p = grid_parser(experiment, "sweep")
+    p.add_argument("--output", default=None,
+                   help="where to write it (default: runs/<experiment>/sweeps/<grid>-<config>"
+                        ".yaml, under $ATTNREPRO_RUNS)")
+    args = p.parse_args(argv)
+    grid = experiment.grid(args.grid)
+    config = chosen_config(experiment, args)
+    out = Path(args.output or sweep_path(experiment, grid, config))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(sweep_config(experiment, grid, config, args.seeds,
+                                               args.cells), sort_keys=False))
+    print(f"wrote {out}\nrun it with:  wandb sweep {out}   then   wandb agent <sweep id>  "
+          f"(on as many machines as you like)")
+
+
+def sweep_config(experiment: Experiment, grid: Grid, config: str, seeds: int,
+                 cells: list[str] | None = None) -> dict:
+    """A W&B sweep over the same grid: every (cell, seed) (or only ``cells``' seeds), run
+    by the ``cell`` command."""
+    chosen = [grid.cell(n) for n in cells] if cells else grid.cells
+    first_metric = next(iter(grid.metrics.values()))
+    script = f"experiments/{experiment.name}.py"
+    return {
+        "program": script,
+        "name": f"{experiment.name}-{grid.name}-{config}",
+        "description": grid.title,
+        "method": "grid",
+        "metric": {"name": first_metric, "goal": grid.goal},
+        "parameters": {"cell": {"values": [c.name for c in chosen]},
+                       "seed": {"values": list(range(seeds))}},
+        "command": ["${env}", "${interpreter}", "${program}", "cell", grid.name, "--config",
+                    config, "${args}"],
+    }
+
+
+def sweep_path(experiment: Experiment, grid: Grid, config: str) -> Path:
+    """A sweep's default file: beside the runs, never among the configs."""
+    return runs_root() / experiment.name / "sweeps" / f"{group_name(grid, config)}.yaml"

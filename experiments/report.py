@@ -1,0 +1,344 @@
+"""``report``: a grid's table from the CSV logs of its runs, the paper's numbers beside ours
+(mean +- std over seeds), the cost of each cell, the paired tests of the gains the paper
+claims (experiments/significance.py) and, with ``--curve``, the validation learning curves.
+It reads only the run folders, so it works without W&B.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import yaml
+
+from experiments.command_line import add_config_arguments, chosen_config, command_parser
+from experiments.grid_model import (
+    PROJECT_ROOT,
+    Cell,
+    Experiment,
+    Grid,
+    cell_runs,
+    runs_root,
+    seed_of,
+)
+
+
+def read_run_metrics(run_dir: Path, grid: Grid) -> dict[str, float | None]:
+    """The last logged value of each of the grid's metrics in a run's metrics.csv (the value
+    in its hparams.yaml for ``hparams/<name>`` keys), None where there is none."""
+    values: dict[str, float | None] = {label: None for label in grid.metrics}
+    path = run_dir / "metrics.csv"
+    if not path.exists():
+        return values
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            for label, key in grid.metrics.items():
+                if row.get(key) not in (None, ""):
+                    values[label] = float(row[key])
+    hparams = run_dir / "hparams.yaml"
+    wanted = {label: key.split("/", 1)[1] for label, key in grid.metrics.items()
+              if key.startswith("hparams/")}
+    if wanted and hparams.exists():
+        logged = yaml.safe_load(hparams.read_text()) or {}
+        for label, name in wanted.items():
+            if isinstance(logged.get(name), (int, float)):
+                values[label] = float(logged[name])
+    return values
+
+
+def seed_values(root: Path, cell: Cell, grid: Grid) -> dict[str, list[float]]:
+    """metric label -> the values (as logged) of ``cell``'s seeds under the grid folder
+    ``root`` that logged it."""
+    values: dict[str, list[float]] = {label: [] for label in grid.metrics}
+    for run_dir in cell_runs(root, cell):
+        for label, v in read_run_metrics(run_dir, grid).items():
+            if v is not None:
+                values[label].append(v)
+    return values
+
+
+def collect(experiment: Experiment, grid: Grid, config: str) -> dict[str, dict[str, list[float]]]:
+    """cell -> metric label -> values over the seeds found in the CSV logs."""
+    root = experiment.grid_folder(grid, config)
+    return {cell.name: {label: [v * grid.scale_of(label) for v in values]
+                        for label, values in seed_values(root, cell, grid).items()}
+            for cell in grid.cells}
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    m = sum(values) / len(values)
+    s = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return m, s
+
+
+def summary_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list, list]:
+    """(columns, rows) of the paper's table as ``report`` reads it from the CSV logs
+    (:func:`collect`, :func:`mean_std`): one row per cell, its name, then per metric label
+    the paper's number, our mean, our (sample) std and the number of seeds; None where
+    there is none (std of one seed)."""
+    results = collect(experiment, grid, config)
+    columns = ["cell"]
+    for label in grid.metrics:
+        columns += [f"paper {label}", f"ours {label}", f"ours {label} std", f"ours {label} n"]
+    rows = []
+    for cell in grid.cells:
+        row = [cell.name]
+        for label in grid.metrics:
+            values = results[cell.name][label]
+            mean, std = mean_std(values) if values else (None, None)
+            row += [cell.paper.get(label), mean, std if len(values) > 1 else None, len(values)]
+        rows.append(row)
+    return columns, rows
+
+
+#: what every report row shows beside the quality: column -> (logged key, scale, format);
+#: mean over the cell's seeds (a column the grid already has as a metric is not repeated)
+COST_COLUMNS = {"params (M)": ("hparams/n_parameters", 1e-6, "{:.2f}"),
+                "steps/s": ("train/steps_per_second", 1.0, "{:.2f}"),
+                "peak MB": ("train/peak_memory_mb", 1.0, "{:.0f}"),
+                "wall min": ("train/wall_seconds", 1 / 60, "{:.1f}")}
+
+
+def cost_values(experiment: Experiment, grid: Grid, config: str) -> dict[str, dict[str, str]]:
+    """cell -> cost column -> the mean over its seeds, formatted ("-" where not logged)."""
+    costs = {label: key for label, (key, _, _) in COST_COLUMNS.items()
+             if key not in grid.metrics.values()}
+    probe = Grid(grid.name, grid.title, costs, grid.cells)
+    root = experiment.grid_folder(grid, config)
+    out = {}
+    for cell in grid.cells:
+        values = seed_values(root, cell, probe)
+        out[cell.name] = {
+            label: (COST_COLUMNS[label][2].format(
+                sum(vals) / len(vals) * COST_COLUMNS[label][1]) if vals else "-")
+            for label, vals in values.items()}
+    return out
+
+
+def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
+    results = collect(experiment, grid, config)
+    costs = cost_values(experiment, grid, config)
+    lines = [f"### {grid.title}", f"{experiment.name} grid {grid.name}, config {config} "
+             f"({experiment.config_path(config).relative_to(PROJECT_ROOT)})", ""]
+    header = ["cell"]
+    for label in grid.metrics:
+        header += [f"paper {label}", f"ours {label}"]
+        if label in grid.relative_to:
+            header += [f"paper {label} / {grid.relative_to[label]}",
+                       f"ours {label} / {grid.relative_to[label]}"]
+    header += list(next(iter(costs.values()), {}))
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def ratio(value, base) -> str:
+        return "-" if value is None or not base else f"{value / base:.2f}x"
+
+    for cell in grid.cells:
+        row = [cell.name]
+        for label in grid.metrics:
+            paper = cell.paper.get(label)
+            row.append("-" if paper is None else f"{paper:.2f}")
+            vals = results[cell.name][label]
+            if not vals:
+                row.append("not run")
+            else:
+                m, s = mean_std(vals)  # sample std; one seed has no spread to show
+                spread = f" ± {s:.2f}" if len(vals) > 1 else ""
+                row.append(f"{m:.2f}{spread} (n={len(vals)})")
+            if label in grid.relative_to:
+                base = grid.cell(grid.relative_to[label])
+                base_vals = results[base.name][label]
+                row += [ratio(paper, base.paper.get(label)),
+                        ratio(mean_std(vals)[0] if vals else None,
+                              mean_std(base_vals)[0] if base_vals else None)]
+        row += list(costs[cell.name].values())
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Cost: mean over the seeds of the parameters, training steps/s (training "
+              "steps only), peak memory (CPU: the process's peak resident set) and the wall "
+              "time of training (validation included); a run's machine and load set them."]
+    if grid.claims:
+        lines += ["", format_claims(experiment, grid, config)]
+    if grid.note:
+        lines += ["", grid.note]
+    return "\n".join(lines)
+
+
+#: resamples of the paired tests in ``report`` (and their random seed: the report is the
+#: same every time it is printed)
+CLAIM_SAMPLES, CLAIM_SEED = 10_000, 0
+
+
+def format_claims(experiment: Experiment, grid: Grid, config: str) -> str:
+    """Does each gain the paper claims (its ``claims``: baseline -> proposal) hold here?
+    For each test metric of the grid with per-example units: the paired comparison over the
+    seeds both cells have (seed k with seed k) and the test examples (paired by id) of
+    experiments/significance.py, with the paper's difference beside ours."""
+    from experiments import significance as sig
+
+    root = experiment.grid_folder(grid, config)
+    labels = {label: key for label, key in grid.metrics.items() if sig.metric_name(key)}
+    if not labels:
+        return ("Claims: no paired test (this grid's metrics are not test metrics with "
+                "per-example predictions).")
+    lines = [f"Does the claimed gain hold? Paired over seeds (seed k of the baseline with seed "
+             f"k of the proposal: the same seed draws the same initialisation stream and data "
+             f"order; seeds are the outer level of the bootstrap) and test examples (paired "
+             f"by id, resampled once per replicate for all seeds); 95% percentile interval of "
+             f"{CLAIM_SAMPLES:,} paired bootstrap replicates; p from the bootstrap "
+             f"(approximate randomisation for MAP / MRR / P@1: units are questions); "
+             f"alpha 0.05, no correction for the number of claims "
+             f"(experiments/significance.py).", "",
+             "| claim | metric | paper diff | ours: baseline -> proposal | ours diff [95% CI] "
+             "| p | verdict | seeds x units |", "|---|---|---|---|---|---|---|---|"]
+    for baseline, proposal in grid.claims:
+        b_cell, p_cell = grid.cell(baseline), grid.cell(proposal)
+        claim = f"{proposal} vs {baseline}"
+        paper = {label: p_cell.paper[label] - b_cell.paper[label] for label in labels
+                 if b_cell.paper.get(label) is not None
+                 and p_cell.paper.get(label) is not None}
+        # the metrics the paper gives both numbers of (else the grid's first test metric)
+        for label in list(paper) or list(labels)[:1]:
+            key = labels[label]
+            shown = f"{paper[label]:+.2f}" if label in paper else "-"
+            found = _paired_units(root, b_cell, p_cell, key)
+            if isinstance(found, str):
+                lines.append(f"| {claim} | {label} | {shown} | {found} | | | | |")
+                continue
+            kind, b_stats, p_stats, n_units = found
+            name = sig.metric_name(key)[0]
+            c = sig.compare(kind, b_stats, p_stats, samples=CLAIM_SAMPLES, seed=CLAIM_SEED,
+                            test="randomization" if name in ("map", "mrr", "p@1")
+                            else "bootstrap")
+            r = c.row()
+            verdict = r["verdict"]
+            higher = sig.KINDS[kind].higher_is_better
+            if paper.get(label, 0) and (paper[label] > 0) != higher:
+                # the paper found the proposal worse: does that hold here?
+                verdict = {sig.HOLDS: sig.REVERSED, sig.REVERSED: sig.HOLDS}.get(verdict,
+                                                                                verdict)
+            lines.append(f"| {claim} | {label} | {shown} | {r['baseline']} -> {r['proposal']} "
+                         f"| {r['diff']} | {r['p']} ({c.test}) | {verdict} "
+                         f"| {c.seeds} x {n_units:,} |")
+    lines += ["", "verdict: 'holds' = significant (p < 0.05) in the paper's direction (the "
+              "proposal better, or worse where the paper's difference is negative), "
+              "'reversed' = significant the other way."]
+    return "\n".join(lines)
+
+
+def _paired_units(root: Path, baseline: Cell, proposal: Cell, key: str):
+    """(kind, baseline stats per seed, proposal stats per seed, units) over the seeds both
+    cells ran, or why there is no comparison (a short text for the table)."""
+    from experiments.significance import run_units
+
+    seeds = {}
+    for cell in (baseline, proposal):
+        seeds[cell.name] = {seed_of(d, cell): d for d in cell_runs(root, cell)
+                            if (d / "metrics.csv").exists()}
+    common = sorted(set(seeds[baseline.name]) & set(seeds[proposal.name]))
+    if not common:
+        return "not run (no seed of both cells)"
+    kind, b_stats, p_stats = None, [], []
+    for seed in common:
+        try:
+            b_kind, b_ids, b = run_units(seeds[baseline.name][seed], key)
+            kind, p_ids, p = run_units(seeds[proposal.name][seed], key)
+        except (FileNotFoundError, ValueError) as err:
+            return f"no paired test: {err}".replace("|", "/")
+        if b_ids != p_ids:
+            return (f"no paired test: seed {seed}: the two runs' test examples differ "
+                    f"({len(b_ids)} vs {len(p_ids)} units)")
+        b_stats.append(b)
+        p_stats.append(p)
+    return kind, b_stats, p_stats, len(b_stats[0])
+
+
+def learning_curves(experiment: Experiment, grid: Grid, config: str
+                    ) -> dict[str, dict[int, list[float]]]:
+    """cell -> optimiser step -> the grid's ``curve`` metric at that step (in the paper's
+    units) over the seeds found in the CSV logs.  Steps are counted as optimiser steps done
+    (Lightning logs validation at step - 1)."""
+    if grid.curve is None:
+        raise SystemExit(f"grid {grid.name!r} names no learning-curve metric (Grid.curve)")
+    root = experiment.grid_folder(grid, config)
+    out: dict[str, dict[int, list[float]]] = {}
+    for cell in grid.cells:
+        steps: dict[int, list[float]] = {}
+        for run_dir in cell_runs(root, cell):
+            path = run_dir / "metrics.csv"
+            if not path.exists():
+                continue
+            with open(path) as f:
+                for row in csv.DictReader(f):
+                    if row.get(grid.curve) not in (None, ""):
+                        step = int(row["step"]) + 1
+                        steps.setdefault(step, []).append(float(row[grid.curve]) * grid.scale)
+        out[cell.name] = steps
+    return out
+
+
+def format_curves(experiment: Experiment, grid: Grid, config: str) -> str:
+    """The learning curves as a markdown table: one row per step, one column per cell
+    (mean over seeds, with n when seeds differ)."""
+    curves = learning_curves(experiment, grid, config)
+    steps = sorted({s for c in curves.values() for s in c})
+    lines = [f"### {grid.title}: learning curves, {grid.curve}",
+             f"{experiment.name} grid {grid.name}, config {config}", "",
+             "| step | " + " | ".join(curves) + " |", "|---" * (len(curves) + 1) + "|"]
+    for step in steps:
+        row = []
+        for values in (curves[c].get(step) for c in curves):
+            if not values:
+                row.append("-")
+            else:
+                row.append(f"{sum(values) / len(values):.2f}"
+                           + (f" (n={len(values)})" if len(values) > 1 else ""))
+        lines.append(f"| {step} | " + " | ".join(row) + " |")
+    if not steps:
+        lines.append("| (no validation logged yet) |" + " |" * len(curves))
+    return "\n".join(lines)
+
+
+def configs_with_runs(experiment: Experiment, grid: Grid) -> list[str]:
+    """The configs with at least one run of ``grid`` (folders ``<grid>-<config>``)."""
+    root = runs_root() / experiment.name
+    longer = [g for g in experiment.grids if g != grid.name and g.startswith(grid.name)]
+    found = []
+    for folder in sorted(root.glob(f"{grid.name}-*")):
+        if not folder.is_dir() or any(folder.name.startswith(f"{g}-") for g in longer):
+            continue
+        if any(cell_runs(folder, cell) for cell in grid.cells):
+            found.append(folder.name.removeprefix(f"{grid.name}-"))
+    return found
+
+
+def no_runs_message(experiment: Experiment, grid: Grid, config: str) -> str | None:
+    """One line when ``grid`` has no runs with ``config`` but has with others; else None."""
+    found = configs_with_runs(experiment, grid)
+    if not found or config in found:
+        return None
+    use = " or ".join("--smoke or --config smoke" if c == "smoke" else f"--config {c}"
+                      for c in found)
+    return f"no runs of {grid.name} with config {config}; runs exist for: {', '.join(found)} " \
+           f"(use {use})"
+
+
+def print_report(experiment: Experiment, argv: list[str]) -> None:
+    p = command_parser(experiment, "report")
+    p.add_argument("grid", nargs="?", default=None,
+                   help=f"one of: {', '.join(experiment.grids)} (default: every grid)")
+    add_config_arguments(p, experiment)
+    p.add_argument("--curve", action="store_true",
+                   help="also print the validation learning curves (grids that name one)")
+    args = p.parse_args(argv)
+    grids = [experiment.grid(args.grid)] if args.grid else list(experiment.grids.values())
+    config = chosen_config(experiment, args)
+    parts = []
+    for g in grids:
+        missing = no_runs_message(experiment, g, config)
+        if missing:
+            parts.append(missing)
+            continue
+        parts.append(format_report(experiment, g, config))
+        if args.curve and g.curve is not None:
+            parts.append(format_curves(experiment, g, config))
+    print("\n\n".join(parts))
