@@ -97,6 +97,8 @@ from pathlib import Path
 
 import torch
 
+from fileio import write_atomic
+
 CONTEXT_ORDER = ("multihead", "alignment", "decoder", "decoder_step")
 #: option variants measured beside a mechanism's defaults, per context: the density matrix's
 #: AQT scheme beside MQT in the RNN decoder (AQT has no once-per-source shortcut), the
@@ -612,8 +614,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         command = "python -m benchmarks.attention " + " ".join(argv if argv is not None
                                                                 else sys.argv[1:])
-        Path(args.markdown).write_text(markdown(rows, command, args.threads,
-                                                (load_before, _load())))
+        write_atomic(args.markdown, markdown(rows, command, args.threads,
+                                             (load_before, _load())))
     failed = [r for r in rows if "error" in r]
     for r in failed:
         print(f"benchmark failed: {r['mechanism']} {r['context']} L={r['L']}: {r['error']}",

@@ -21,10 +21,12 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
 from attention import build
+from fileio import write_atomic
 from lit_models.transformer import TransformerSeq2Seq
 
 SIZES = {"base": dict(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6,
@@ -127,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(table)
     if args.markdown:
-        with open(args.markdown, "a", encoding="utf-8") as f:
-            f.write("\n## Incremental decoding\n\n" + table)
+        path = Path(args.markdown)  # appended to: the attention benchmark's table comes first
+        before = path.read_text(encoding="utf-8") if path.exists() else ""
+        write_atomic(path, before + "\n## Incremental decoding\n\n" + table)
     return 0
 
 

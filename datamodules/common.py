@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 # where data lives and how it is downloaded: datamodules/fetch.py (torch-free), re-exported
 from datamodules.fetch import PROJECT_ROOT, shared_data_dir  # noqa: F401
+from fileio import write_atomic
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 T = TypeVar("T")
@@ -200,8 +201,8 @@ class Vocab:
         return out
 
     def save(self, path: str | os.PathLike) -> None:
-        Path(path).write_text(json.dumps({"itos": self.itos, "specials": self.specials,
-                                          "unk": self.unk}))
+        write_atomic(path, json.dumps({"itos": self.itos, "specials": self.specials,
+                                       "unk": self.unk}))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocab:

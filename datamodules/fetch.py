@@ -53,15 +53,13 @@ import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-try:
-    import fcntl
-except ImportError:  # not POSIX: no lock (one process per data folder)
-    fcntl = None
+import fileio
+from fileio import lock_path
 
 log = logging.getLogger(__name__)
 
@@ -353,50 +351,20 @@ def dataset_of(datamodule: Any) -> Dataset | None:
 
 # ------------------------------------------------------------------------------ file locks
 
-_held: dict[str, int] = {}  # lock files this process holds (re-entered, not re-locked)
-
-
-def lock_path(path: str | os.PathLike) -> Path:
-    """The lock file of ``path``: ``.<name>.lock`` beside it."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.lock")
-
-
 @contextmanager
 def file_lock(path: str | os.PathLike, what: str = "") -> Iterator[None]:
-    """Hold an exclusive lock for ``path`` (fcntl.flock on :func:`lock_path`): other
-    processes wait here until it is released.  Re-entrant within a process."""
-    lock = lock_path(path)
-    key = str(lock.absolute())
-    if key in _held or fcntl is None:
-        _held[key] = _held.get(key, 0) + 1
-        try:
-            yield
-        finally:
-            _held[key] -= 1
-            if not _held[key]:
-                del _held[key]
-        return
+    """Hold the lock of ``path`` (:func:`fileio.file_lock`), saying so when waiting for
+    another process; a folder where the lock cannot be made is a :class:`DownloadError`."""
+    name = what or Path(path).name
+    held = ExitStack()
     try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        held.enter_context(fileio.file_lock(
+            path, waiting=f"{name}: waiting for another process to finish {path}"))
     except OSError as err:
-        raise DownloadError(f"{what or Path(path).name}: cannot write in {lock.parent} "
-                            f"({err}); put the file at {path} by hand") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"{what or Path(path).name}: waiting for another process to finish {path}",
-                  file=sys.stderr, flush=True)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        _held[key] = 1
-        try:
-            yield
-        finally:
-            del _held[key]
-    finally:
-        os.close(fd)  # releases the lock
+        raise DownloadError(f"{name}: cannot write in {lock_path(path).parent} ({err}); "
+                            f"put the file at {path} by hand") from None
+    with held:
+        yield
 
 
 # ------------------------------------------------------------------------------- download

@@ -33,6 +33,7 @@ import logging
 import os
 from collections.abc import Container, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -47,6 +48,7 @@ from datamodules.common import (
     settings_key,
 )
 from datamodules.fetch import url_of
+from fileio import build_once
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +106,17 @@ def vocab_vectors(path: str | os.PathLike, vocab: Vocab, dim: int = 300, oov_std
     vocab_hash = hashlib.sha1("\n".join(vocab.itos).encode()).hexdigest()
     key = settings_key(path=str(path), size=stat.st_size, mtime=stat.st_mtime_ns,
                        vocab=vocab_hash, dim=dim, oov_std=oov_std, seed=seed)
-    cached = cache_dir() / f"vectors-{path.stem}-{key}.pt"
-    if cache and cached.exists():
-        return VocabVectors(**torch.load(cached, weights_only=True))
+    if not cache:
+        return _build_vectors(path, vocab, dim, oov_std, seed)
+    result, _ = build_once(cache_dir() / f"vectors-{path.stem}-{key}.pt",
+                           lambda: _build_vectors(path, vocab, dim, oov_std, seed),
+                           lambda result, tmp: torch.save(vars(result), tmp),
+                           lambda cached: VocabVectors(**torch.load(cached, weights_only=True)))
+    return result
 
+
+def _build_vectors(path: Path, vocab: Vocab, dim: int, oov_std: float,
+                   seed: int) -> VocabVectors:
     generator = torch.Generator().manual_seed(seed)
     weight = torch.randn(len(vocab), dim, generator=generator) * oov_std  # (V, dim)
     found = torch.zeros(len(vocab), dtype=torch.bool)
@@ -128,8 +137,4 @@ def vocab_vectors(path: str | os.PathLike, vocab: Vocab, dim: int = 300, oov_std
         "%s: %d of %d vocabulary words found, %d out of vocabulary (random N(0, %g))%s", path,
         hits, words, result.oov, oov_std ** 2,
         f"; fewer than {LOW_COVERAGE:.0%}: is it the right vectors file?" if low else "")
-    if cache:
-        tmp = cached.with_suffix(".part")
-        torch.save({"weight": weight, "found": result.found, "oov": result.oov}, tmp)
-        tmp.replace(cached)
     return result

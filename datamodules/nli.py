@@ -69,6 +69,7 @@ from datamodules.common import (
 from datamodules.fetch import Dataset as Release
 from datamodules.fetch import Download, dataset_of, ensure, url_of
 from datamodules.text import PackedPairs, PackedSequences, spacy_tokenize
+from fileio import build_once
 
 log = logging.getLogger(__name__)
 
@@ -572,13 +573,10 @@ class NLIDataModule(L.LightningDataModule):
                            lowercase=self.lowercase, min_freq=self.min_freq,
                            max_train_examples=self.max_train_examples,
                            **self.vocab_settings())
-        cached = cache_dir() / f"vocab-{self.name}-{key}.json"
-        if cached.exists():
-            return Vocab.load(cached)
-        vocab = Vocab.build(train_sequences, min_freq=self.min_freq, specials=(PAD, UNK))
-        tmp = cached.with_suffix(".part")
-        vocab.save(tmp)
-        tmp.replace(cached)
+        vocab, _ = build_once(
+            cache_dir() / f"vocab-{self.name}-{key}.json",
+            lambda: Vocab.build(train_sequences, min_freq=self.min_freq, specials=(PAD, UNK)),
+            Vocab.save, Vocab.load)
         return vocab
 
     # --- what the models read

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import os
 from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -50,6 +49,7 @@ from datamodules.common import (
 )
 from datamodules.fetch import Dataset as Release
 from datamodules.fetch import Download, dataset_of, ensure
+from fileio import build_once, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class BPETokenizer(TextTokenizer):
         return split_tokens(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def save(self, path: Path) -> None:
-        self.tokenizer.save(str(path))
+        write_atomic(path, lambda tmp: self.tokenizer.save(str(tmp)))
 
     @classmethod
     def load(cls, path: Path) -> BPETokenizer:
@@ -286,17 +286,14 @@ def build_tokenizer(kind: Tokenization, train_sequences: Iterable[Sequence[str]]
         settings.update(bpe_vocab_size=bpe_vocab_size)
     path = cache_dir() / f"{name}-{kind}-{settings_key(**settings)}.json"
     cls = WordTokenizer if kind == "word" else BPETokenizer
-    if path.exists():
-        tokenizer, from_cache = cls.load(path), True
-    else:
+
+    def train() -> TextTokenizer:
         if kind == "word":
-            tokenizer = WordTokenizer.train(train_sequences, min_freq, max_size)
-        else:
-            tokenizer = BPETokenizer.train(train_sequences, bpe_vocab_size)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # atomic for parallel ranks
-        tokenizer.save(tmp)
-        tmp.replace(path)
-        from_cache = False
+            return WordTokenizer.train(train_sequences, min_freq, max_size)
+        return BPETokenizer.train(train_sequences, bpe_vocab_size)
+
+    tokenizer, built = build_once(path, train, cls.save, cls.load)
+    from_cache = not built
     for i, special in enumerate(SPECIALS):
         if tokenizer.token_to_id(special) != i:
             raise ValueError(f"{path}: expected {special!r} at id {i}")

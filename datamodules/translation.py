@@ -79,6 +79,7 @@ from datamodules.text import (
     build_tokenizer,
     split_tokens,
 )
+from fileio import write_once
 
 log = logging.getLogger(__name__)
 
@@ -922,20 +923,14 @@ class WMTDataModule(TranslationDataModule):
         if not all(out.exists() for out, _ in cached.values()):
             check_parallel(src_path, tgt_path)
         for path, (out, lang) in cached.items():
-            if out.exists():
-                continue
-            log.info("%s: Moses-tokenizing %s into %s (once)", self.name, path, out)
-            tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # atomic for parallel ranks
-            try:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    for _, line in itertools.islice(read_lines(path), limit):
-                        f.write(" ".join(moses_tokenize_train(self.prepare(line, lang), lang))
-                                + "\n")
-            except DataFormatError:
-                tmp.unlink(missing_ok=True)  # (a malformed line: no half-written cache file)
-                raise
-            tmp.replace(out)
+            write_once(out, partial(self._tokenize_file, path, lang, limit))
         return cached[src_path][0], cached[tgt_path][0]
+
+    def _tokenize_file(self, path: Path, lang: str, limit: int | None, out: Path) -> None:
+        log.info("%s: Moses-tokenizing %s into %s (once)", self.name, path, out)
+        with open(out, "w", encoding="utf-8") as f:
+            for _, line in itertools.islice(read_lines(path), limit):
+                f.write(" ".join(moses_tokenize_train(self.prepare(line, lang), lang)) + "\n")
 
     def training_words(self) -> Reiterable:
         """Every training sentence of both sides as words (what the joint BPE learns from)."""

@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib
+import io
 from pathlib import Path
 
 from experiments.report import format_curves, format_report, learning_curves
+from fileio import write_atomic
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -35,17 +37,18 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     mean = {c: {s: sum(v) / len(v) for s, v in per.items()} for c, per in curves.items()}
-    with open(out.with_suffix(".csv"), "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["step", *curves])
-        for step in steps:
-            writer.writerow([step, *("" if step not in mean[c] else f"{mean[c][step]:.2f}"
-                                     for c in curves)])
+    rows = io.StringIO(newline="")
+    writer = csv.writer(rows)
+    writer.writerow(["step", *curves])
+    for step in steps:
+        writer.writerow([step, *("" if step not in mean[c] else f"{mean[c][step]:.2f}"
+                                 for c in curves)])
+    write_atomic(out.with_suffix(".csv"), rows.getvalue())
     table = (format_report(experiment, grid, args.config) + "\n\n"
              + format_curves(experiment, grid, args.config))
     command = (f"python -m experiments.curves {args.experiment} {args.grid} "
                f"--config {args.config} --out {args.out}")
-    out.with_suffix(".md").write_text(f"{table}\n\n(made by `{command}`)\n")
+    write_atomic(out.with_suffix(".md"), f"{table}\n\n(made by `{command}`)\n")
 
     import matplotlib
 
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=120)
+    write_atomic(out.with_suffix(".png"), lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     print(table)
 
 

@@ -37,6 +37,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from fileio import write_atomic
+
 #: the step in a ModelCheckpoint file name: ``epoch=3-step=1200.ckpt``, ``step=1200-v1.ckpt``
 STEP = re.compile(r"(?:^|-)step=(\d+)(?:-|$)")
 #: a run's checkpoint folder: runs/<experiment>/<group>/<name>/checkpoints
@@ -186,8 +188,7 @@ def average_checkpoints(paths: Sequence[str | Path], out: str | Path | None = No
     checkpoint["state_dict"] = averaged
     checkpoint["averaged_checkpoints"] = [str(p) for p in paths]
     if out is not None:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        torch.save(checkpoint, out)
+        write_atomic(out, lambda tmp: torch.save(checkpoint, tmp))
     return checkpoint
 
 

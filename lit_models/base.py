@@ -15,6 +15,7 @@ import lightning as L
 import torch
 
 from attention import Mechanism
+from fileio import write_atomic
 
 
 def gather_objects(obj) -> list:
@@ -198,8 +199,7 @@ class AttnReproModule(L.LightningModule):
                 for row in part.get(idx, []):
                     rows.setdefault(int(row["id"]), row)
             path = Path(log_dir) / f"predictions-test{suffix(idx)}.jsonl"
-            path.write_text("".join(json.dumps(rows[k]) + "\n" for k in sorted(rows)),
-                            encoding="utf-8")
+            write_atomic(path, "".join(json.dumps(rows[k]) + "\n" for k in sorted(rows)))
             written.append(path)
         return written
 

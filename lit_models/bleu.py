@@ -38,6 +38,8 @@ from typing import NamedTuple
 
 from sacrebleu.metrics import BLEU
 
+from fileio import write_atomic
+
 #: tensor2tensor's get_ende_bleu.sh / fairseq's compound_split_bleu.sh: ``(\S)-(\S)``; perl
 #: reads the files as bytes, where only ASCII white space is \s, so the same here
 COMPOUND = re.compile(r"([^ \t\n\r\f\v])-([^ \t\n\r\f\v])")
@@ -114,14 +116,10 @@ def write_hypotheses(path: str | Path, ids: Sequence, sources: Sequence[str],
     if len(set(counts.values())) > 1:
         raise ValueError("write_hypotheses needs one of each per example, got "
                          + ", ".join(f"{n} {name}" for name, n in counts.items()))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for row in zip(*columns.values()):
-            # ids may come as 0-d tensors or numpy integers from a batch
-            row = [v.item() if hasattr(v, "item") else v for v in row]
-            f.write(json.dumps(dict(zip(columns, row)), ensure_ascii=False) + "\n")
-    return path
+    # ids may come as 0-d tensors or numpy integers from a batch
+    rows = ([v.item() if hasattr(v, "item") else v for v in row] for row in zip(*columns.values()))
+    return write_atomic(path, "".join(json.dumps(dict(zip(columns, row)), ensure_ascii=False)
+                                      + "\n" for row in rows))
 
 
 #: the BLEU a paper reports, as a translation DataModule names it in its ``bleu`` attribute
@@ -180,6 +178,5 @@ def write_translation_report(run_dir: str | Path, stage: str, report: dict) -> t
                                 examples["reference"], examples.get("score"))
     scores = {k: v for k, v in report.items() if k != "examples"} | {
         "examples": len(examples["id"])}
-    bleu_path = run_dir / f"bleu-{stage}.json"
-    bleu_path.write_text(json.dumps(scores, indent=1) + "\n", encoding="utf-8")
+    bleu_path = write_atomic(run_dir / f"bleu-{stage}.json", json.dumps(scores, indent=1) + "\n")
     return hyp_path, bleu_path

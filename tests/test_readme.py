@@ -37,7 +37,8 @@ def test_quickstart_commands_are_make_targets():
 
 
 # -- the layout: the import arrows the README states are the imports in the code --------------
-PACKAGES = ("attention", "datamodules", "lit_models", "experiments", "benchmarks", "notebooks")
+PACKAGES = ("attention", "fileio", "datamodules", "lit_models", "experiments", "benchmarks",
+            "notebooks")
 
 
 def _imported_modules(source: str) -> set[str]:
