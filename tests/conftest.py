@@ -1,6 +1,7 @@
 """Shared fixtures and helpers: the real published data at ../shared/data (skipped with a
 reason when absent), float64 defaults and the head split for formula tests, the registry's
-mechanisms per context, and running the experiment scripts end to end.
+mechanisms per context, the perturbed hypotheses of the BLEU tests, and running the
+experiment scripts end to end.
 
 Plain helpers are imported (``from tests.conftest import heads``); fixtures are found by
 pytest."""
@@ -63,6 +64,22 @@ def heads(x: Tensor, h: int) -> Tensor:
 def supporting(context: str) -> list[str]:
     """The registered mechanisms that can be used in ``context`` (attention.base.CONTEXTS)."""
     return [name for name, cls in REGISTRY.items() if cls().supports(context)]
+
+
+# -- BLEU -----------------------------------------------------------------------------------------
+def perturbed(i: int, line: str) -> str:
+    """A hypothesis made from reference ``i``: some lines emptied, shortened, reordered or
+    re-cased, so every n-gram order and the brevity penalty are exercised."""
+    words = line.split()
+    if i % 10 == 3:
+        return ""
+    if i % 3 == 0:
+        words = words[:-1]
+    if i % 4 == 1 and len(words) > 2:
+        words[0], words[1] = words[1], words[0]
+    if i % 5 == 2:
+        words = [w.upper() if j % 2 else w for j, w in enumerate(words)]
+    return " ".join(words)
 
 
 # -- the experiment scripts end to end ---------------------------------------------------------

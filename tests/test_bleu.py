@@ -21,24 +21,10 @@ from lit_models.bleu import (
     tokenized_bleu,
     write_hypotheses,
 )
+from tests.conftest import perturbed
 
 SACREBLEU = Path(sys.executable).parent / "sacrebleu"
 PERL_SPLIT = r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"  # get_ende_bleu.sh, compound_split_bleu.sh
-
-
-def perturbed(i: int, line: str) -> str:
-    """A hypothesis made from reference ``i``: some lines emptied, shortened, reordered or
-    re-cased, so every n-gram order and the brevity penalty are exercised."""
-    words = line.split()
-    if i % 10 == 3:
-        return ""
-    if i % 3 == 0:
-        words = words[:-1]
-    if i % 4 == 1 and len(words) > 2:
-        words[0], words[1] = words[1], words[0]
-    if i % 5 == 2:
-        words = [w.upper() if j % 2 else w for j, w in enumerate(words)]
-    return " ".join(words)
 
 
 @pytest.fixture

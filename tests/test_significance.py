@@ -28,6 +28,7 @@ from experiments.significance import (
     paired_bootstrap,
     perplexity_stats,
 )
+from tests.conftest import perturbed
 
 SAMPLES = 2000
 
@@ -210,20 +211,6 @@ def test_vectorised_bleu_equals_sacrebleu_on_resampled_sums():
     metric = BLEU(tokenize="13a")
     expected = [metric._compute_score_from_stats([int(x) for x in row]).score for row in sums]
     assert batch.shape == (300,) and batch.tolist() == expected
-
-
-def perturbed(i: int, line: str) -> str:
-    """A hypothesis made from reference ``i``: some emptied, shortened, reordered, re-cased."""
-    words = line.split()
-    if i % 10 == 3:
-        return ""
-    if i % 3 == 0:
-        words = words[:-1]
-    if i % 4 == 1 and len(words) > 2:
-        words[0], words[1] = words[1], words[0]
-    if i % 5 == 2:
-        words = [w.upper() if j % 2 else w for j, w in enumerate(words)]
-    return " ".join(words)
 
 
 @pytest.mark.parametrize("tokenize", ["none", "13a"])
