@@ -104,6 +104,13 @@ def train_briefly(model: L.LightningModule, data: L.LightningDataModule, steps: 
     return model
 
 
+def prepared(data: L.LightningDataModule) -> L.LightningDataModule:
+    """The DataModule with its files read (and fetched when absent) and its fit splits set up."""
+    data.prepare_data()
+    data.setup("fit")
+    return data
+
+
 def save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=100)
     return path
@@ -116,10 +123,9 @@ SNLI_PREFIX, SNLI_TRAIN = "snli_1.0_dev.first1288.jsonl", 1000
 def snli_prefix(lowercase: bool = False) -> tuple[SNLIDataModule, dict[str, Tensor]]:
     """The shared SNLI dev prefix: its first 1,000 labelled pairs train, and the batch of
     the other 288 (held out, file order)."""
-    data = SNLIDataModule(train_file=SNLI_PREFIX, val_file=SNLI_PREFIX, test_file=SNLI_PREFIX,
-                          batch_size=32, max_train_examples=SNLI_TRAIN, lowercase=lowercase)
-    data.prepare_data()
-    data.setup("fit")
+    data = prepared(SNLIDataModule(train_file=SNLI_PREFIX, val_file=SNLI_PREFIX,
+                                   test_file=SNLI_PREFIX, batch_size=32,
+                                   max_train_examples=SNLI_TRAIN, lowercase=lowercase))
     pairs = data.datasets["val"]  # the whole prefix, in file order
     return data, collate_pairs(pairs, list(range(SNLI_TRAIN, len(pairs))), pad_id=data.pad_id)
 
@@ -127,22 +133,19 @@ def snli_prefix(lowercase: bool = False) -> tuple[SNLIDataModule, dict[str, Tens
 # -- CoDA Figure 2 ------------------------------------------------------------------------------
 FIG2_STEPS, FIG2_CHECK = 500, 20
 FIG2_SETTINGS = {  # DecompAtt's arguments (the notebook describes each)
-    "before": dict(attention=("coda", {}), coda_features="mlp", coda_distance="sum"),
-    "default": dict(attention=("coda", {})),
-    "default, centred gate": dict(attention=("coda", {"gate": "centered"})),
-    "L1 sum, centred gate": dict(attention=("coda", {"gate": "centered"}),
-                                 coda_distance="sum"),
+    "before": dict(attention=build("coda"), coda_features="mlp", coda_distance="sum"),
+    "default": dict(attention=build("coda")),
+    "default, centred gate": dict(attention=build("coda", gate="centered")),
+    "L1 sum, centred gate": dict(attention=build("coda", gate="centered"), coda_distance="sum"),
 }
 FIG2_RANGES = {"sigmoid(N)": (0, 1), "tanh(E)": (-1, 1), "M": (-1, 1)}
 FIG2_FILES = ("coda_fig2_summary.csv", "coda_fig2.png")
 
 
 def fig2_model(setting: str, data: SNLIDataModule) -> DecompAtt:
-    options = dict(FIG2_SETTINGS[setting])
-    name, flags = options.pop("attention")
     return DecompAtt(vocab_size=data.vocab_size, num_classes=data.num_classes,
                      pad_id=data.pad_id, hidden=200, dropout=0.2, lr=1e-3, plot_pairs=0,
-                     attention=build(name, **flags), **options)
+                     **FIG2_SETTINGS[setting])
 
 
 def coda_fig2(steps: int = FIG2_STEPS) -> dict[str, dict[int, dict[str, np.ndarray]]]:
@@ -253,8 +256,8 @@ def write_coda_fig2(results: dict, out: Path) -> tuple[Path, Path]:
 
 # -- Differentiable Window: soft masks ----------------------------------------------------------
 WINDOW_STEPS, WINDOW_SEGMENT = 300, 3
-WINDOW_MODELS = {"softmax": ("softmax", {}), "MW": ("window", {"variant": "mw"}),
-                 "AW": ("window", {"variant": "aw"})}
+WINDOW_MODELS = {"softmax": build("softmax"), "MW": build("window", variant="mw"),
+                 "AW": build("window", variant="aw")}
 #: the sentence drawn: the SST dev sentence of this index (PTB trees, dev.txt, file order)
 WINDOW_SENTENCE = 23  # "It 's a remarkably solid and subtly satirical tour de force ."
 WINDOW_PANELS = {"left": "phi_l (Eq. 7)", "right": "phi_r (Eq. 8)", "window": "window (Eq. 9)",
@@ -264,20 +267,17 @@ WINDOW_PANELS = {"left": "phi_l (Eq. 7)", "right": "phi_r (Eq. 8)", "window": "w
 
 def sst_small() -> SSTDataModule:
     """SST-2 from the shared PTB trees: the first 2,000 training sentences, dev.txt."""
-    data = SSTDataModule(format="ptb", granularity="binary", test_file="dev.txt",
-                         max_train_examples=2000, batch_size=32)
-    data.prepare_data()
-    data.setup("fit")
-    return data
+    return prepared(SSTDataModule(format="ptb", granularity="binary", test_file="dev.txt",
+                                  max_train_examples=2000, batch_size=32))
 
 
 def window_classifier(mechanism: str, data: SSTDataModule) -> TransformerClassifier:
     """DW Table 5's classifier, smaller: 2 layers of 64, 2 heads, the mechanism in layer 1."""
-    name, flags = WINDOW_MODELS[mechanism]
     return TransformerClassifier(vocab_size=data.vocab_size, num_classes=data.num_classes,
                                  pad_id=data.pad_id, d_model=64, n_heads=2, d_ff=128,
-                                 n_layers=2, attention_layers=1, attention=build(name, **flags),
-                                 lr=3e-3, schedule="constant", warmup_steps=0)
+                                 n_layers=2, attention_layers=1,
+                                 attention=WINDOW_MODELS[mechanism], lr=3e-3,
+                                 schedule="constant", warmup_steps=0)
 
 
 def first_layer_window(model: TransformerClassifier, tokens: Tensor, mask: Tensor,
@@ -364,8 +364,9 @@ def window_masks(steps: int = WINDOW_STEPS, out: Path | None = None) -> dict:
     for name in ("MW", "AW"):
         panels = {(stage, WINDOW_PANELS[key]): views[(name, stage)][key][0] for stage in stages
                   for key in WINDOW_PANELS}
+        top = max(float(v.max()) for v in panels.values())  # Eq. 9 reaches 2 where l = r
         save(plots.matrix_grid(panels, words, words, title=f"{name}: first layer, head 0",
-                               limits=(0, 1), **labels), out / f"window_{name}.png")
+                               limits=(0, top), **labels), out / f"window_{name}.png")
     weights = {(stage, name): views[(name, stage)]["weights"][0] for stage in stages
                for name in WINDOW_MODELS}
     top = max(float(w.max()) for w in weights.values())
@@ -473,8 +474,8 @@ def decomposable_maps(steps: int = DECOMP_STEPS, out: Path | None = None) -> dic
 
 # -- the attention density matrix ------------------------------------------------------------
 DENSITY_STEPS = 200
-DENSITY_MODELS = {"additive": ("additive", {}), "MQT": ("density", {"scheme": "mqt"}),
-                  "AQT": ("density", {"scheme": "aqt"})}
+DENSITY_MODELS = {"additive": build("additive"), "MQT": build("density", scheme="mqt"),
+                  "AQT": build("density", scheme="aqt")}
 #: the source sentence drawn: this pair of tst2012 (En -> Vi, from 0), teacher-forced on its
 #: reference: "Let me tell you about some of the pieces ."
 DENSITY_SENTENCE = 3
@@ -484,20 +485,16 @@ DENSITY_EVAL = 32  # the first tst2012 pairs of at most 30 words: the statistics
 def iwslt_small() -> IWSLT15DataModule:
     """IWSLT'15 En -> Vi from the shared files: those of the first 1,000 training pairs of
     at most 30 words (762), tst2012 to look at."""
-    data = IWSLT15DataModule(source="en", target="vi", train_prefix="train.first1000",
-                             val_prefix="tst2012", test_prefix="tst2012", batch_size=32,
-                             max_len=30)
-    data.prepare_data()
-    data.setup("fit")
-    return data
+    return prepared(IWSLT15DataModule(source="en", target="vi", train_prefix="train.first1000",
+                                      val_prefix="tst2012", test_prefix="tst2012",
+                                      batch_size=32, max_len=30))
 
 
 def density_translator(mechanism: str, data: IWSLT15DataModule) -> RNNSeq2Seq:
     """The paper's LSTM translator at a CPU size: 2 + 2 layers of 64, embeddings of 64."""
-    name, flags = DENSITY_MODELS[mechanism]
     return RNNSeq2Seq(src_vocab_size=data.src_vocab_size, tgt_vocab_size=data.tgt_vocab_size,
                       pad_id=data.pad_id, bos_id=data.bos_id, eos_id=data.eos_id,
-                      embedding_dim=64, hidden=64, attention=build(name, **flags), lr=3e-3)
+                      embedding_dim=64, hidden=64, attention=DENSITY_MODELS[mechanism], lr=3e-3)
 
 
 def density_view(model: RNNSeq2Seq, batch: dict[str, Tensor],
@@ -568,10 +565,15 @@ def density_matrices(steps: int = DENSITY_STEPS, out: Path | None = None) -> dic
                                     model)
     for name in ("MQT", "AQT"):
         view = views[name]
-        save(plots.matrix_grid(
-            {f"Psi at output {t} ({tgt_words[t]!r})": view["psi"][t][0] for t in shown},
-            src_words, src_words, title=f"{name}, {steps} steps", row_label="source j",
-            column_label="source k"), out / f"psi_{name}.png")
+        panels = {}
+        for t in shown:  # the off-diagonal on a scale of its own: the diagonal dwarfs it
+            psi = view["psi"][t][0]
+            panels[(f"output {t} ({tgt_words[t]!r})", "Psi")] = psi
+            panels[(f"output {t} ({tgt_words[t]!r})", "off-diagonal sigma")] = \
+                psi - psi.diag().diag()
+        save(plots.matrix_grid(panels, src_words, src_words, title=f"{name}, {steps} steps",
+                               row_label="source j", column_label="source k"),
+             out / f"psi_{name}.png")
         lines = {}
         for t in shown:
             alpha = view["alpha"][t][0]

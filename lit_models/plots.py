@@ -65,8 +65,8 @@ def matrix_heatmap(values: torch.Tensor, rows: list[str], columns: list[str],
         raise ValueError(f"values must be ({r}, {c}) for {r} row and {c} column labels, got "
                          f"{tuple(values.shape)}")
     v = values.detach().double().cpu().numpy()
-    if (v < 0).any():
-        bound = max(float(np.abs(v).max()), 1e-12)
+    bound = max(float(np.abs(v).max()), 1e-12)
+    if v.min() < -1e-6 * bound:  # not a rounding error of a non-negative matrix
         kw = dict(cmap="RdBu_r", vmin=-bound, vmax=bound)
     else:
         kw = _scale("viridis", v)
