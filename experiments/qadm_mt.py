@@ -12,7 +12,7 @@ Each direction is a config of its own merged after the grid config
 (``configs/qadm_mt/<config>/{en_vi,vi_en,en_ro,ro_en}.yaml``).  Table 4 (rare words) is a
 command on the decoded test files every run writes (``hypotheses-test.jsonl``):
 
-    python -m lit_models.rare_words --train <train file of the target language> \\
+    python -m experiments.rare_words --train <train file of the target language> \\
         --hypotheses runs/qadm_mt/table1-paper/en_vi-{additive,mqt}-seed0/hypotheses-test.jsonl
 """
 

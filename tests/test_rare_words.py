@@ -1,5 +1,5 @@
 """The rare-word analysis of the quantum-statistics attention paper's Table 4
-(lit_models/rare_words.py) on small hand-made files whose answer is worked out by hand in the
+(experiments/rare_words.py) on small hand-made files whose answer is worked out by hand in the
 comments: the frequency percentile groups, the mean frequencies and the deviations, both input
 formats (plain text and the decoded ``hypotheses-<stage>.jsonl``), the errors and the CLI."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from datamodules.common import DataFormatError
 from lit_models.bleu import write_hypotheses
-from lit_models.rare_words import (
+from experiments.rare_words import (
     analyse,
     frequency_groups,
     main,
@@ -260,7 +260,7 @@ def test_cli(files, capsys):
               "--groups", "one-30"])
     assert "groups: ranges like 1-30" in capsys.readouterr().err
     # as a module, in a fresh interpreter
-    done = subprocess.run([sys.executable, "-m", "lit_models.rare_words", "--train",
+    done = subprocess.run([sys.executable, "-m", "experiments.rare_words", "--train",
                            str(files["train"]), "--hypotheses", str(files["b"]),
                            "--references", str(files["ref"])], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)

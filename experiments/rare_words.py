@@ -78,7 +78,7 @@ output of :func:`lit_models.bleu.write_hypotheses` (``hypotheses-<stage>.jsonl``
 ``hypothesis`` and ``reference``, put back in file order by ``id``; without ``--references``
 the references are those of the ``.jsonl`` files, which must agree).
 
-    python -m lit_models.rare_words --train train.vi --hypotheses a.jsonl b.txt \\
+    python -m experiments.rare_words --train train.vi --hypotheses a.jsonl b.txt \\
         [--references ref.vi] [--names baseline mqt] [--json]
 """
 
@@ -401,7 +401,7 @@ def parse_groups(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
-        prog="python -m lit_models.rare_words",
+        prog="python -m experiments.rare_words",
         description="Rare-word mean reference frequency deviation (quantum-statistics "
                     "attention paper, Table 4) of decoded translations: words grouped by "
                     "their frequency percentile in the training text; per system, the "
