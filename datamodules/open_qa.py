@@ -74,6 +74,7 @@ from datamodules.common import (
 )
 from datamodules.fetch import ensure
 from datamodules.text import PackedPairs, PackedSequences, spacy_tokenize
+from fileio import build_once
 
 log = logging.getLogger(__name__)
 
@@ -355,14 +356,9 @@ class OpenQADataModule(L.LightningDataModule):
             return
         if any(not p.exists() for s in SPLITS for p in self.files(s)):
             self.prepare_data()  # gets them, or names them and how to get them
-        cached = cache_dir() / f"open_qa-{self.name}-{self._cache_key()}.pt"
-        if cached.exists():
-            state = torch.load(cached, weights_only=False)
-        else:
-            state = self._build()
-            tmp = cached.with_suffix(".part")
-            torch.save(state, tmp)
-            tmp.replace(cached)
+        state, _ = build_once(cache_dir() / f"open_qa-{self.name}-{self._cache_key()}.pt",
+                              self._build, torch.save,
+                              partial(torch.load, weights_only=False))  # our own pickle
         self._vocab = Vocab(state["itos"][2:], specials=(PAD, UNK))
         self.read_stats, self.datasets = state["stats"], state["datasets"]
         for split, stats in self.read_stats.items():
@@ -496,6 +492,17 @@ class QuasarTDataModule(OpenQADataModule):
 
     def read_settings(self) -> dict[str, Any]:
         return {"context": self.context}
+
+    def prepare_data(self) -> None:
+        """The release's files, downloaded into its layout (``questions/``,
+        ``contexts/<context>/``) when missing (datamodules.fetch)."""
+        if self.download:
+            for folder in {p.parent for s in SPLITS for p in self.files(s)}:
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                except OSError:
+                    pass  # the download then names the folder it cannot write in
+        super().prepare_data()
 
     def files(self, split: str) -> list[Path]:
         """The question and context files of ``split``: the release's ``.json.gz``, or the

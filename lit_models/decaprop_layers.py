@@ -5,14 +5,14 @@ lit_models/decaprop.py.
 - :class:`FactorizationMachine` (Rendle 2010, Eq. 1 in the O(kp) form of Lemma 3.1):
   FM(x) = w0 + w.x + 1/2 sum_f [ (V_f . x)^2 - (V_f^2) . (x^2) ], which equals
   w0 + w.x + sum_{i<j} <v_i, v_j> x_i x_j (the naive pairwise sum, kept in the tests);
-- :class:`BidirectionalAttentionConnector` (BAC, DecaProp Sec. 3.1): co-attention of two
+- :class:`BidirectionalAttentionConnector` (DecaProp's BAC): co-attention of two
   sequences, each token compared with what it aligns to in three ways (product,
   concatenation, difference), each comparison compressed to ONE scalar by an FM; with the
   intra part, the same three comparisons against the sequence's own self-alignment;
 - :class:`BiGRU` with variational dropout on its input (one mask per sequence, shared over
   time), its backward direction reading each sequence reversed within its length, so that
   padding changes nothing;
-- :class:`GatedSelfAttention` (R-Net's gated self-matching, Wang et al. 2017, Eq. 6-7, as
+- :class:`GatedSelfAttention` (R-Net's gated self-matching attention, Wang et al. 2017, as
   DecaProp's code uses it): R = [H; softmax(F(H) F(H)^T / sqrt(d)) H] * sigmoid(W_g R);
 - :func:`best_spans`: argmax_{i <= j < i + max_span} p_start(i) p_end(j).
 
