@@ -180,7 +180,8 @@ def test_generator_is_deterministic_and_labels_follow_the_layouts(tmp_path):
 #: the models log under val/ and test/
 QUANTITIES = {"acc", "acc_mismatched", "acc_best", "bleu", "sacrebleu", "exact_match", "map",
               "mrr", "p@1", "perplexity", "map_best", "mrr_at_best_map", "n_parameters",
-              "steps_per_second", "step_memory_mb"}
+              "steps_per_second", "step_memory_mb", "f1", "exact_match_unigram", "f1_ngram",
+              "exact_match_quasar", "f1_quasar"}
 #: names another codebase might use for the same quantities
 SYNONYMS = re.compile(r"/(accuracy|ppl|em|exact|exactmatch|bleu4|precision_at_1|r10@1)\b")
 
