@@ -8,7 +8,10 @@ import ast
 import importlib
 import json
 import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from attention.registry import context_table
 
@@ -39,6 +42,17 @@ def test_quickstart_commands_are_make_targets():
 # -- the layout: the import arrows the README states are the imports in the code --------------
 PACKAGES = ("attention", "fileio", "datamodules", "lit_models", "experiments", "benchmarks",
             "notebooks")
+
+
+def test_every_package_is_in_the_layout():
+    """Every top-level folder of tracked Python code or notebooks (tests/ aside) is one of
+    PACKAGES, so a new package cannot be left out of the README's arrows."""
+    listed = subprocess.run(["git", "ls-files", "*.py", "*.ipynb"], cwd=ROOT, text=True,
+                            capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    folders = {Path(f).parts[0] for f in listed.stdout.splitlines() if len(Path(f).parts) > 1}
+    assert folders - {"tests"} == set(PACKAGES)
 
 
 def _imported_modules(source: str) -> set[str]:
