@@ -1,6 +1,6 @@
 """GloVe word vectors for a vocabulary (Pennington et al. 2014).
 
-DecompAtt (Parikh et al. 2016; PAPERS.md section 3) and CoDA Table 3 embed words with the
+DecompAtt (Parikh et al. 2016; docs/papers.md) and CoDA Table 3 embed words with the
 frozen 300-d GloVe 840B vectors.  The file has one word per line followed by its ``dim``
 numbers, all separated by single spaces.  A few words of the 840B file contain spaces
 themselves, so a line's vector is its LAST ``dim`` fields and its word everything before

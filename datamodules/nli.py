@@ -1,7 +1,7 @@
 """Natural language inference data: SNLI, MultiNLI, SciTail and Dialogue NLI.
 
-CoDA Table 3 (PAPERS.md section 1) trains DecompAtt on all four; the decomposable
-attention write-up (section 3) on SNLI.  Each dataset is read in its published format:
+CoDA Table 3 (docs/papers.md#coda) trains DecompAtt on all four; the decomposable
+attention write-up (docs/papers.md) on SNLI.  Each dataset is read in its published format:
 
 - SNLI 1.0 (Bowman et al. 2015) and MultiNLI 1.0 (Williams et al. 2018): ``.jsonl`` (one
   JSON object per line) or ``.txt`` (tab-separated with a header row; rows may omit the
