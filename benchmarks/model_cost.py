@@ -38,6 +38,7 @@ import json
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -118,6 +119,10 @@ def sst_trainees(names: list[str], vocab_size: int, d_model: int) -> dict[str, T
 
 
 # -- the translation model (experiments/dwin_mt.py, grid cost, config speed) ----------------
+#: dwin_mt's configs (read as files: benchmarks import no experiment code)
+DWIN_MT_CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "dwin_mt"
+
+
 def cell_arguments(flags: list[str]) -> dict:
     """A grid cell's ``--model.*`` flags as the model's keyword arguments: ``--model.x=v``
     -> x=v; ``--model.x.option=v`` -> x={"name": ..., "option": v} (numbers as numbers)."""
@@ -152,12 +157,10 @@ def translation_batches(n: int, data_dir: str | None) -> tuple[list[dict], dict,
     settings of that config (yaml) and the data's linked attributes."""
     import yaml
 
-    from experiments.coda_mt import LINKS
-    from experiments.dwin_mt import EXPERIMENT
+    from lit_models.mt_rows import LINKS
 
-    config = yaml.safe_load(EXPERIMENT.config_path("speed").read_text())
-    data_config = yaml.safe_load(
-        (EXPERIMENT.config_dir / "speed" / "en_de.yaml").read_text())["data"]
+    config = yaml.safe_load((DWIN_MT_CONFIGS / "speed.yaml").read_text())
+    data_config = yaml.safe_load((DWIN_MT_CONFIGS / "speed" / "en_de.yaml").read_text())["data"]
     module, _, cls = data_config["class_path"].rpartition(".")
     data = getattr(importlib.import_module(module), cls)(
         **{**data_config["init_args"], "data_dir": data_dir, "seed": 0})
@@ -168,7 +171,7 @@ def translation_batches(n: int, data_dir: str | None) -> tuple[list[dict], dict,
 
 def translation_trainees(names: list[str], settings: dict, links: dict) -> dict[str, Trainee]:
     """The speed config's translation model for each cell of the cost grid (seed 0)."""
-    from experiments.dwin_mt import COST_ROWS
+    from lit_models.mt_rows import COST_ROWS
     from lit_models.transformer import TransformerSeq2Seq
 
     lr, betas = settings["lr"], tuple(settings["betas"])
@@ -213,7 +216,7 @@ def summarise(times: dict[str, list[float]], baseline: str = "softmax",
 
 
 def main(argv: list[str] | None = None) -> None:
-    from experiments.dwin_mt import COST_ROWS
+    from lit_models.mt_rows import COST_ROWS
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.model_cost")
     p.add_argument("--model", choices=("sst", "translation"), default="sst",

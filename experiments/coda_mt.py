@@ -17,13 +17,12 @@ is that recipe.  Table 4 reports test BLEU (tst2013); Tables 8 and 9 development
 from datamodules.translation import IWSLT15DataModule
 from experiments.coda_nli import CENTERING, TABLE9_BLEU
 from experiments.grid_model import Cell, Experiment, Grid
+from lit_models.mt_rows import LINKS
 from lit_models.transformer import TransformerSeq2Seq
 
 CODA = ["--model.attention=coda"]
 # Table 8, NMT column (IWSLT'15 dev BLEU): no centering, E centered, E and N centered
 TABLE8_BLEU = {"none": 27.8, "e": 26.9, "e_n": 27.3}
-LINKS = [("src_vocab_size", "src_vocab_size"), ("tgt_vocab_size", "tgt_vocab_size"),
-         ("pad_id", "pad_id"), ("bos_id", "bos_id"), ("eos_id", "eos_id")]
 BLEU_NOTE = ("BLEU: tokenized (sacreBLEU tok:none, as multi-bleu.perl) on the Stanford "
              "release's tokenized references; test/sacrebleu in the CSV is the detokenized "
              "13a score, both signatures in the run's hparams.yaml and bleu-test.json.")

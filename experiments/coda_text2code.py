@@ -8,8 +8,8 @@ per program, Transformer vs CoDA Transformer (tensor2tensor's tiny setting, 100K
 """
 
 from datamodules.translation import AlgoLispDataModule
-from experiments.coda_mt import LINKS
 from experiments.grid_model import Cell, Experiment, Grid
+from lit_models.mt_rows import LINKS
 from lit_models.transformer import TransformerSeq2Seq
 
 EXPERIMENT = Experiment(

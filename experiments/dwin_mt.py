@@ -21,26 +21,19 @@ Tables 1, 3 and 4.
 """
 
 from datamodules.translation import TranslationDataModule, WMT14DataModule  # noqa: F401 - config class_path
-from experiments.coda_mt import LINKS
 from experiments.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
+from lit_models.mt_rows import (
+    COST_ROWS,
+    CR_AW_SEG,
+    DEC_MW,
+    ENC_AW,
+    LINKS,
+    PARTIAL,
+    SEGMENT,
+    TABLE1_ROWS,
+)
 from lit_models.transformer import TransformerSeq2Seq
 
-PARTIAL = ["--model.attention_layers=3"]
-SEGMENT = 5
-ENC_AW = ["--model.encoder_attention=window", "--model.encoder_attention.variant=aw"]
-DEC_MW = ["--model.decoder_attention=window", "--model.decoder_attention.variant=mw"]
-CR_AW_SEG = ["--model.cross_attention=window", "--model.cross_attention.variant=aw",
-             f"--model.cross_attention.segment_size={SEGMENT}"]
-# Table 1 rows: the baselines (Shaw et al. 2018 relative positions in both self-attentions;
-# Yang et al. 2018 localness in the encoder's lower 3 layers, their best setting) and ours
-TABLE1_ROWS = {
-    "transformer": [],
-    "relative": ["--model.encoder_attention=relative", "--model.decoder_attention=relative"],
-    "localness": ["--model.encoder_attention=localness"] + PARTIAL,
-    "enc_aw-dec_mw": ENC_AW + DEC_MW + PARTIAL,
-    "cr_aw_seg": CR_AW_SEG + PARTIAL,
-    "enc_aw-cr_aw_seg-dec_mw": ENC_AW + CR_AW_SEG + DEC_MW + PARTIAL,
-}
 TABLE1 = {"en_de": [27.46, 27.56, 27.62, 28.11, 28.13, 28.25],
           "en_fr": [39.21, 39.37, 39.47, 40.24, 40.06, 40.32]}
 # Table 2: method x module, full (6 layers) / partial (first 3), En-De
@@ -58,20 +51,6 @@ TABLE4 = {
     "transformer_8_layers": (["--model.n_encoder_layers=8", "--model.n_decoder_layers=8"],
                              75, 0.99, 27.89),
     "enc_aw-cr_aw_seg-dec_mw": (TABLE1_ROWS["enc_aw-cr_aw_seg-dec_mw"], 73, 1.04, 28.25),
-}
-#: the cost grid's rows (issue 18 item 3: DW Table 4's measure for every mechanism of Table 5
-#: in the translation model): each placed as Table 1 places it (relative in both
-#: self-attentions; localness, MW and AW in the encoder's lower 3 layers), the paper's Table 4
-#: window model, and CoDA Table 4's model (CoDA in every attention module)
-COST_ROWS = {
-    "transformer": [],
-    "relative": TABLE1_ROWS["relative"],
-    "localness": TABLE1_ROWS["localness"],
-    "enc_mw": ["--model.encoder_attention=window", "--model.encoder_attention.variant=mw"]
-              + PARTIAL,
-    "enc_aw": ENC_AW + PARTIAL,
-    "enc_aw-cr_aw_seg-dec_mw": TABLE1_ROWS["enc_aw-cr_aw_seg-dec_mw"],
-    "coda": ["--model.attention=coda"],
 }
 BLEU_NOTE = ("BLEU: tokenized, case-sensitive, with compound splitting for En-De (sacreBLEU "
              "tok:none on the Moses-tokenized references, after tensor2tensor's "

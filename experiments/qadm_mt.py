@@ -21,8 +21,8 @@ from datamodules.translation import (  # noqa: F401 - config class_path
     TranslationDataModule,
     WMT16EnRoDataModule,
 )
-from experiments.coda_mt import LINKS
 from experiments.grid_model import Cell, Experiment, Grid, dataset_config
+from lit_models.mt_rows import LINKS
 from lit_models.rnn_seq2seq import RNNSeq2Seq
 
 MECHANISMS = {"additive": ["--model.attention=additive"],

@@ -121,7 +121,7 @@ def test_model_cost_cells_become_the_models_arguments():
     """Each cell of dwin_mt's cost grid, as model_cost builds it: the mechanism and its
     options per module, the layers, numbers as numbers; a malformed flag in one line."""
     from benchmarks.model_cost import cell_arguments
-    from experiments.dwin_mt import COST_ROWS
+    from lit_models.mt_rows import COST_ROWS
 
     assert cell_arguments(COST_ROWS["transformer"]) == {}
     assert cell_arguments(COST_ROWS["coda"]) == {"attention": {"name": "coda"}}
