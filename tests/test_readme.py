@@ -198,3 +198,14 @@ def test_docs_name_existing_files_and_code():
                 assert part in names, f"docs/{page} names `{token}`: no {part} in the code"
     assert _looks_like_code("quasi_attention") and _looks_like_code("CodaMultiHead")
     assert not any(map(_looks_like_code, ("Lq", "h_j", "phi_l", "mw", "MQT")))
+
+
+def test_named_files_exist():
+    """Every file of the repository that the README or a docs page names by its path."""
+    folders = ("attention|lit_models|datamodules|experiments|benchmarks|fileio|notebooks|tests"
+               "|results")
+    pattern = rf"(?<![\w/.])((?:{folders})/[\w/.\-]*\.(?:py|ipynb|md|yaml|csv|png|cpp|h|sh))"
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = re.sub(r"\]\([^)]*\)", "]", page.read_text())  # links: relative, tested above
+        for path in set(re.findall(pattern, text)):
+            assert (ROOT / path).exists(), f"{page.relative_to(ROOT)} names {path}: not there"
