@@ -209,3 +209,35 @@ def test_named_files_exist():
         text = re.sub(r"\]\([^)]*\)", "]", page.read_text())  # links: relative, tested above
         for path in set(re.findall(pattern, text)):
             assert (ROOT / path).exists(), f"{page.relative_to(ROOT)} names {path}: not there"
+
+
+def test_named_modules_exist():
+    """Every `package.module` (and `package.module.Name`) the README or a docs page names: a
+    module of the repository, and a name that module defines or imports."""
+    pattern = r"(?<![\w.\-/])((?:attention|lit_models|datamodules|experiments|benchmarks|fileio)" \
+              r"(?:\.\w+)+)"
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for dotted in set(re.findall(pattern, page.read_text())):
+            parts = dotted.split(".")
+            for i in range(len(parts), 0, -1):
+                base = ROOT.joinpath(*parts[:i])
+                module = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+                if module.exists():
+                    break
+            else:
+                raise AssertionError(f"{page.relative_to(ROOT)} names {dotted}: no such module")
+            for name in parts[i:i + 1]:  # a name defined in or imported by the module
+                assert name in _imported_or_defined(module), \
+                    f"{page.relative_to(ROOT)} names {dotted}: no {name} in {module.name}"
+
+
+def _imported_or_defined(module: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
