@@ -1,17 +1,23 @@
 """``report``: a grid's table from the CSV logs of its runs, the paper's numbers beside ours
 (mean +- std over seeds), the cost of each cell, the paired tests of the gains the paper
-claims (experiments/significance.py) and, with ``--curve``, the validation learning curves.
-It reads only the run folders, so it works without W&B.
+claims (experiments/significance.py) and, with ``--curve``, the validation learning curves
+(the grid's ``curve``, else its first metric's validation counterpart); ``--plot`` also
+writes them as figures (experiments/plots.py).  It reads only the run folders, so it works
+without W&B.  A verdict drawn from one seed says so: its interval covers the test sample,
+not the seed.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from experiments import significance as sig
 from experiments.command_line import add_config_arguments, chosen_config, command_parser
 from experiments.grid_model import (
     PROJECT_ROOT,
@@ -168,16 +174,91 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
 CLAIM_SAMPLES, CLAIM_SEED = 10_000, 0
 
 
+#: what a verdict drawn from one seed says beside it: its interval and p resample that seed's
+#: test examples only, not the seed
+ONE_SEED = " (one seed)"
+ONE_SEED_NOTE = ("'(one seed)': the interval and p resample the test examples of that one seed "
+                 "only, not the seed: another seed may land outside them.")
+CLAIMS_HEADER = ("| claim | metric | paper diff | ours: baseline -> proposal | ours diff [95% CI] "
+                 "| p | verdict | seeds x units |")
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """One metric of one claim of a grid (baseline -> proposal): the paper's difference, the
+    paired comparison of experiments/significance.py over the runs (None when there is none,
+    ``why`` says why) and the verdict in the paper's direction."""
+
+    baseline: str
+    proposal: str
+    label: str
+    paper_diff: float | None
+    comparison: sig.Comparison | None = None
+    why: str = ""
+    verdict: str = ""
+
+    @property
+    def claim(self) -> str:
+        return f"{self.proposal} vs {self.baseline}"
+
+    @property
+    def one_seed(self) -> bool:
+        return self.comparison is not None and self.comparison.seeds == 1
+
+    @property
+    def shown_verdict(self) -> str:
+        """The verdict as printed: marked when it rests on one seed."""
+        return self.verdict + (ONE_SEED if self.one_seed else "")
+
+
+def claim_labels(grid: Grid) -> dict[str, str]:
+    """metric label -> key of the grid's metrics with per-example test units."""
+    return {label: key for label, key in grid.metrics.items() if sig.metric_name(key)}
+
+
+def claim_results(experiment: Experiment, grid: Grid, config: str,
+                  root: Path | None = None) -> list[ClaimResult]:
+    """Each claim of ``grid`` (its ``claims``: baseline -> proposal) tested on the runs under
+    the grid folder ``root`` (default: the grid's run folder of ``config``): per metric the
+    paper gives both numbers of (else the grid's first test metric), the paired comparison
+    over the seeds both cells ran and the test examples (paired by id)."""
+    root = experiment.grid_folder(grid, config) if root is None else root
+    labels = claim_labels(grid)
+    out = []
+    for baseline, proposal in grid.claims:
+        b_cell, p_cell = grid.cell(baseline), grid.cell(proposal)
+        paper = {label: p_cell.paper[label] - b_cell.paper[label] for label in labels
+                 if b_cell.paper.get(label) is not None
+                 and p_cell.paper.get(label) is not None}
+        for label in list(paper) or list(labels)[:1]:
+            key = labels[label]
+            found = _paired_units(root, b_cell, p_cell, key)
+            if isinstance(found, str):
+                out.append(ClaimResult(baseline, proposal, label, paper.get(label), why=found))
+                continue
+            kind, b_stats, p_stats, _ = found
+            name = sig.metric_name(key)[0]
+            c = sig.compare(kind, b_stats, p_stats, samples=CLAIM_SAMPLES, seed=CLAIM_SEED,
+                            test="randomization" if name in ("map", "mrr", "p@1")
+                            else "bootstrap")
+            verdict = c.verdict
+            higher = sig.KINDS[kind].higher_is_better
+            if paper.get(label, 0) and (paper[label] > 0) != higher:
+                # the paper found the proposal worse: does that hold here?
+                verdict = {sig.HOLDS: sig.REVERSED, sig.REVERSED: sig.HOLDS}.get(verdict,
+                                                                                verdict)
+            out.append(ClaimResult(baseline, proposal, label, paper.get(label), c,
+                                   verdict=verdict))
+    return out
+
+
 def format_claims(experiment: Experiment, grid: Grid, config: str) -> str:
     """Does each gain the paper claims (its ``claims``: baseline -> proposal) hold here?
     For each test metric of the grid with per-example units: the paired comparison over the
     seeds both cells have (seed k with seed k) and the test examples (paired by id) of
-    experiments/significance.py, with the paper's difference beside ours."""
-    from experiments import significance as sig
-
-    root = experiment.grid_folder(grid, config)
-    labels = {label: key for label, key in grid.metrics.items() if sig.metric_name(key)}
-    if not labels:
+    experiments/significance.py, with the paper's difference beside ours
+    (:func:`claim_results`)."""
+    if not claim_labels(grid):
         return ("Claims: no paired test (this grid's metrics are not test metrics with "
                 "per-example predictions).")
     lines = [f"Does the claimed gain hold? Paired over seeds (seed k of the baseline with seed "
@@ -188,40 +269,22 @@ def format_claims(experiment: Experiment, grid: Grid, config: str) -> str:
              f"(approximate randomisation for MAP / MRR / P@1: units are questions); "
              f"alpha 0.05, no correction for the number of claims "
              f"(experiments/significance.py).", "",
-             "| claim | metric | paper diff | ours: baseline -> proposal | ours diff [95% CI] "
-             "| p | verdict | seeds x units |", "|---|---|---|---|---|---|---|---|"]
-    for baseline, proposal in grid.claims:
-        b_cell, p_cell = grid.cell(baseline), grid.cell(proposal)
-        claim = f"{proposal} vs {baseline}"
-        paper = {label: p_cell.paper[label] - b_cell.paper[label] for label in labels
-                 if b_cell.paper.get(label) is not None
-                 and p_cell.paper.get(label) is not None}
-        # the metrics the paper gives both numbers of (else the grid's first test metric)
-        for label in list(paper) or list(labels)[:1]:
-            key = labels[label]
-            shown = f"{paper[label]:+.2f}" if label in paper else "-"
-            found = _paired_units(root, b_cell, p_cell, key)
-            if isinstance(found, str):
-                lines.append(f"| {claim} | {label} | {shown} | {found} | | | | |")
-                continue
-            kind, b_stats, p_stats, n_units = found
-            name = sig.metric_name(key)[0]
-            c = sig.compare(kind, b_stats, p_stats, samples=CLAIM_SAMPLES, seed=CLAIM_SEED,
-                            test="randomization" if name in ("map", "mrr", "p@1")
-                            else "bootstrap")
-            r = c.row()
-            verdict = r["verdict"]
-            higher = sig.KINDS[kind].higher_is_better
-            if paper.get(label, 0) and (paper[label] > 0) != higher:
-                # the paper found the proposal worse: does that hold here?
-                verdict = {sig.HOLDS: sig.REVERSED, sig.REVERSED: sig.HOLDS}.get(verdict,
-                                                                                verdict)
-            lines.append(f"| {claim} | {label} | {shown} | {r['baseline']} -> {r['proposal']} "
-                         f"| {r['diff']} | {r['p']} ({c.test}) | {verdict} "
-                         f"| {c.seeds} x {n_units:,} |")
+             CLAIMS_HEADER, "|---|---|---|---|---|---|---|---|"]
+    results = claim_results(experiment, grid, config)
+    for r in results:
+        shown = "-" if r.paper_diff is None else f"{r.paper_diff:+.2f}"
+        if r.comparison is None:
+            lines.append(f"| {r.claim} | {r.label} | {shown} | {r.why} | | | | |")
+            continue
+        c = r.comparison
+        row = c.row()
+        lines.append(f"| {r.claim} | {r.label} | {shown} | {row['baseline']} -> "
+                     f"{row['proposal']} | {row['diff']} | {row['p']} ({c.test}) "
+                     f"| {r.shown_verdict} | {c.seeds} x {c.units:,} |")
     lines += ["", "verdict: 'holds' = significant (p < 0.05) in the paper's direction (the "
               "proposal better, or worse where the paper's difference is negative), "
-              "'reversed' = significant the other way."]
+              "'reversed' = significant the other way."
+              + (f" {ONE_SEED_NOTE}" if any(r.one_seed for r in results) else "")]
     return "\n".join(lines)
 
 
@@ -252,28 +315,89 @@ def _paired_units(root: Path, baseline: Cell, proposal: Cell, key: str):
     return kind, b_stats, p_stats, len(b_stats[0])
 
 
-def learning_curves(experiment: Experiment, grid: Grid, config: str
-                    ) -> dict[str, dict[int, list[float]]]:
-    """cell -> optimiser step -> the grid's ``curve`` metric at that step (in the paper's
-    units) over the seeds found in the CSV logs.  Steps are counted as optimiser steps done
-    (Lightning logs validation at step - 1)."""
-    if grid.curve is None:
-        raise SystemExit(f"grid {grid.name!r} names no learning-curve metric (Grid.curve)")
-    root = experiment.grid_folder(grid, config)
-    out: dict[str, dict[int, list[float]]] = {}
-    for cell in grid.cells:
-        steps: dict[int, list[float]] = {}
-        for run_dir in cell_runs(root, cell):
-            path = run_dir / "metrics.csv"
-            if not path.exists():
-                continue
+#: logged keys whose row's ``step`` is the number of optimiser steps done (callbacks that log
+#: with the trainer's step themselves: the CoDA gate diagnostics, lit_models/diagnostics.py);
+#: Lightning logs every other metric of a validation at that number - 1
+AT_STEPS_DONE = ("coda/",)
+
+
+def validation_metrics(grid: Grid) -> dict[str, str]:
+    """metric label -> the validation metric every validation logs for it: the grid's test
+    and validation metrics with ``val/`` for their stage and without a ``_best`` part
+    (``test/acc`` and ``val/acc_best`` -> ``val/acc``, ``val/mrr_at_best_map`` ->
+    ``val/mrr``), each key once, the grid's ``curve`` first; ``{"loss": "val/loss"}`` for a
+    grid of other metrics (cost: every model logs its validation loss)."""
+    out: dict[str, str] = {}
+    for label, key in grid.metrics.items():
+        stage, _, name = key.partition("/")
+        if stage in ("test", "val"):
+            key = "val/" + re.sub(r"(_at)?_best.*$", "", name)
+            if key not in out.values():
+                out[label] = key
+    if grid.curve:
+        label = next((lb for lb, key in out.items() if key == grid.curve), grid.curve)
+        out = {label: grid.curve, **{lb: k for lb, k in out.items() if k != grid.curve}}
+    return out or {"loss": "val/loss"}
+
+
+def curve_metric(grid: Grid) -> str:
+    """The validation metric of ``report --curve``: the grid's ``curve``, else the first of
+    :func:`validation_metrics`."""
+    return next(iter(validation_metrics(grid).values()))
+
+
+def metric_scale(grid: Grid, key: str) -> float:
+    """The factor from ``key`` as logged to the paper's units: the scale of the grid metric
+    it is the validation counterpart of (the grid's ``scale`` for its ``curve``), else 1
+    (losses, diagnostics)."""
+    for label, val_key in validation_metrics(grid).items():
+        if val_key == key:
+            if label in grid.metrics:
+                return grid.scale_of(label)
+            return grid.scale if key == grid.curve else 1.0
+    return 1.0
+
+
+def metric_steps(run_dirs: list[Path], key: str, scale: float = 1.0
+                 ) -> dict[int, list[float]]:
+    """optimiser steps done -> the values of ``key`` (times ``scale``) the runs' metrics.csv
+    logged there, one per run that did.  The one reader of a metric over steps: learning
+    curves, plots, gate diagnostics."""
+    offset = 0 if key.startswith(AT_STEPS_DONE) else 1
+    steps: dict[int, list[float]] = {}
+    for run_dir in run_dirs:
+        path = run_dir / "metrics.csv"
+        if not path.exists():
+            continue
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                if row.get(key) not in (None, ""):
+                    step = int(float(row["step"])) + offset
+                    steps.setdefault(step, []).append(float(row[key]) * scale)
+    return steps
+
+
+def logged_keys(run_dirs: list[Path]) -> list[str]:
+    """The columns of the runs' metrics.csv files, in order of first appearance."""
+    keys: dict[str, None] = {}
+    for run_dir in run_dirs:
+        path = run_dir / "metrics.csv"
+        if path.exists():
             with open(path) as f:
-                for row in csv.DictReader(f):
-                    if row.get(grid.curve) not in (None, ""):
-                        step = int(row["step"]) + 1
-                        steps.setdefault(step, []).append(float(row[grid.curve]) * grid.scale)
-        out[cell.name] = steps
-    return out
+                keys.update(dict.fromkeys(next(csv.reader(f), [])))
+    return list(keys)
+
+
+def learning_curves(experiment: Experiment, grid: Grid, config: str, metric: str | None = None,
+                    root: Path | None = None) -> dict[str, dict[int, list[float]]]:
+    """cell -> optimiser step -> ``metric`` (default :func:`curve_metric`; in the paper's
+    units, :func:`metric_scale`) at that step over the seeds found in the CSV logs of the
+    grid folder ``root`` (default: the grid's run folder of ``config``).  Steps are counted
+    as optimiser steps done (Lightning logs validation at step - 1)."""
+    metric = metric or curve_metric(grid)
+    root = experiment.grid_folder(grid, config) if root is None else root
+    scale = metric_scale(grid, metric)
+    return {cell.name: metric_steps(cell_runs(root, cell), metric, scale) for cell in grid.cells}
 
 
 def format_curves(experiment: Experiment, grid: Grid, config: str) -> str:
@@ -281,7 +405,7 @@ def format_curves(experiment: Experiment, grid: Grid, config: str) -> str:
     (mean over seeds, with n when seeds differ)."""
     curves = learning_curves(experiment, grid, config)
     steps = sorted({s for c in curves.values() for s in c})
-    lines = [f"### {grid.title}: learning curves, {grid.curve}",
+    lines = [f"### {grid.title}: learning curves, {curve_metric(grid)}",
              f"{experiment.name} grid {grid.name}, config {config}", "",
              "| step | " + " | ".join(curves) + " |", "|---" * (len(curves) + 1) + "|"]
     for step in steps:
@@ -298,9 +422,10 @@ def format_curves(experiment: Experiment, grid: Grid, config: str) -> str:
     return "\n".join(lines)
 
 
-def configs_with_runs(experiment: Experiment, grid: Grid) -> list[str]:
-    """The configs with at least one run of ``grid`` (folders ``<grid>-<config>``)."""
-    root = runs_root() / experiment.name
+def configs_with_runs(experiment: Experiment, grid: Grid, runs: Path | None = None) -> list[str]:
+    """The configs with at least one run of ``grid`` (folders ``<grid>-<config>``) under the
+    runs folder ``runs`` (default: $ATTNREPRO_RUNS)."""
+    root = (runs_root() if runs is None else runs) / experiment.name
     longer = [g for g in experiment.grids if g != grid.name and g.startswith(grid.name)]
     found = []
     for folder in sorted(root.glob(f"{grid.name}-*")):
@@ -328,7 +453,14 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
                    help=f"one of: {', '.join(experiment.grids)} (default: every grid)")
     add_config_arguments(p, experiment)
     p.add_argument("--curve", action="store_true",
-                   help="also print the validation learning curves (grids that name one)")
+                   help="also print the validation learning curves (the grid's curve metric, "
+                        "else its first metric's validation counterpart)")
+    p.add_argument("--plot", action="store_true",
+                   help="also write PNGs: validation curves, paper vs ours, the claims (and "
+                        "the CoDA gate over steps when the runs logged it)")
+    p.add_argument("--out", default=None,
+                   help="folder of the --plot files (default: the grid's run folder's plots/, "
+                        "runs/<experiment>/<grid>-<config>/plots)")
     args = p.parse_args(argv)
     grids = [experiment.grid(args.grid)] if args.grid else list(experiment.grids.values())
     config = chosen_config(experiment, args)
@@ -339,6 +471,10 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
             parts.append(missing)
             continue
         parts.append(format_report(experiment, g, config))
-        if args.curve and g.curve is not None:
+        if args.curve:
             parts.append(format_curves(experiment, g, config))
+        if args.plot:
+            from experiments.plots import write_plots  # matplotlib: only when asked
+
+            parts.append(write_plots(experiment, g, config, args.out))
     print("\n\n".join(parts))

@@ -182,8 +182,12 @@ def test_a_lower_is_better_claim_holds_when_the_proposal_is_lower(tmp_path, monk
     lines = format_report(dwin_lm.EXPERIMENT, dwin_lm.EXPERIMENT.grid("table6"),
                           "smoke").splitlines()
     row = next(x for x in lines if x.startswith("| window-mw vs softmax | PPL | -2.37 |"))
-    assert "| 20.09 -> 7.39 | -12.70 [-12.70, -12.70] | p<0.001 (bootstrap) | holds | 1 x 30 |" \
-        in row
+    # one seed: the verdict says so (its interval resamples that seed's sentences only)
+    assert "| 20.09 -> 7.39 | -12.70 [-12.70, -12.70] | p<0.001 (bootstrap) | holds (one seed) " \
+        "| 1 x 30 |" in row
+    assert next(x for x in lines if x.startswith("verdict:")).endswith(
+        "'(one seed)': the interval and p resample the test examples of that one seed only, "
+        "not the seed: another seed may land outside them.")
 
 
 def test_a_claim_must_name_two_cells_of_its_grid():
