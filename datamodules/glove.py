@@ -47,7 +47,7 @@ from datamodules.common import (
     require_file,
     settings_key,
 )
-from datamodules.fetch import url_of
+from datamodules.registry import url_of
 from fileio import build_once
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from datamodules.common import DataFormatError, read_text, record_data_seed, require_file
-from datamodules.fetch import url_of
+from datamodules.registry import url_of
 from datamodules.text import Example, TextClassificationDataModule, Tokenization, spacy_tokenize
 
 LABELS = ("negative", "positive")
@@ -113,6 +113,7 @@ class IMDbDataModule(TextClassificationDataModule):
     validation split).  Tokenisation defaults to BPE, as in CoDA's tiny Transformer."""
 
     name = "imdb"
+    dataset = "imdb"
     shared_subdir = "aclImdb"
     archive_url = url_of("imdb")  # aclImdb_v1.tar.gz (datamodules.fetch registry)
     archive_subdir = "aclImdb"

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from datamodules.common import DataFormatError, pad, read_lines, record_data_seed
-from datamodules.fetch import url_of
+from datamodules.registry import url_of
 from datamodules.text import Example, Reiterable, TextDataModule, Tokenization, split_tokens
 
 TRAIN_DIR = "training-monolingual.tokenized.shuffled"
@@ -84,6 +84,7 @@ class LM1BDataModule(TextDataModule):
     """One Billion Word language modelling (see the module docstring)."""
 
     name = "lm1b"
+    dataset = "lm1b"
     shared_subdir = "1-billion-word-language-modeling-benchmark-r13output"
     archive_url = url_of("lm1b")  # the r13output tar.gz (datamodules.fetch registry)
     archive_subdir = "1-billion-word-language-modeling-benchmark-r13output"

@@ -165,6 +165,8 @@ class MLUDataModule(L.LightningDataModule):
             generating that split.
     """
 
+    dataset = "mlu"  # the datamodules.registry entry (nothing to download)
+
     def __init__(self, train_size: int = 100_000, val_size: int = 2_000, test_size: int = 10_000,
                  generator_seed: int = 0, seed: int | None = None, batch_size: int = 64,
                  eval_batch_size: int = 512,

@@ -66,8 +66,9 @@ from datamodules.common import (
     settings_key,
     shared_data_dir,
 )
-from datamodules.fetch import Dataset as Release
-from datamodules.fetch import Download, dataset_of, ensure, url_of
+from datamodules.fetch import ensure, prepare_once
+from datamodules.registry import Dataset as Release
+from datamodules.registry import Download, dataset_of, url_of
 from datamodules.text import PackedPairs, PackedSequences, spacy_tokenize
 from fileio import build_once
 
@@ -503,6 +504,7 @@ class NLIDataModule(L.LightningDataModule):
         return unpacked if self.archive_folder and not direct.exists() and unpacked.exists() \
             else direct
 
+    @prepare_once
     def prepare_data(self) -> None:
         """Download and unpack the official archive when a split file is missing, and the
         GloVe 840B vectors when ``vectors`` names a missing glove.840B.300d.txt
@@ -663,6 +665,7 @@ class SNLIDataModule(SNLIFormatDataModule):
     :class:`NLIDataModule`."""
 
     name = "snli"
+    dataset = "snli"  # the datamodules.registry entry
     shared_folder = "snli"
     url = url_of("snli")
     archive_folder = "snli_1.0"
@@ -683,6 +686,7 @@ class MultiNLIDataModule(SNLIFormatDataModule):
     are read by format "txt" too.  Other arguments: see :class:`NLIDataModule`."""
 
     name = "multinli"
+    dataset = "multinli"
     shared_folder = "multinli_1.0"
     url = url_of("multinli")
     archive_folder = "multinli_1.0"
@@ -707,6 +711,7 @@ class SciTailDataModule(NLIDataModule):
     or its ``SciTailV1.1`` folder.  Other arguments: see :class:`NLIDataModule`."""
 
     name = "scitail"
+    dataset = "scitail"
     shared_folder = "SciTailV1.1"
     url = url_of("scitail")
     archive_folder = "SciTailV1.1"
@@ -738,6 +743,7 @@ class DialogueNLIDataModule(NLIDataModule):
     Other arguments: see :class:`NLIDataModule`."""
 
     name = "dialogue_nli"
+    dataset = "dialogue_nli"
     shared_folder = "dialogue_nli"
     how_to_get = ("Get dialogue_nli.zip from https://wellecks.github.io/dialogue_nli/ "
                   "(Google Drive id 1WtbXCv3vPB5ql6w0FVDmAEMmWadbrCuG, also fetched by ParlAI's "

@@ -64,8 +64,8 @@ from typing import Any, Literal
 import torch
 
 from datamodules.common import DataFormatError, check_sizes, nonempty, read_lines, require_file
-from datamodules.fetch import url_of
 from datamodules.nli import NLIDataModule, NLIExample, PairDataset, ReadStats
+from datamodules.registry import url_of
 from datamodules.text import spacy_tokenize
 
 log = logging.getLogger(__name__)
@@ -547,6 +547,11 @@ class WikiQADataModule(RankingDataModule):
     url = WIKIQA_URL
     archive_folder = "WikiQACorpus"
 
+    @property
+    def dataset(self) -> str:
+        """The registry entry: the official release (tsv) or castorini's filtered one."""
+        return "wikiqa" if self.format == "tsv" else "wikiqa_filtered"
+
     def __init__(self, format: Literal["filtered", "tsv"] = "filtered",
                  train_folder: str | None = None, val_folder: str | None = None,
                  test_folder: str | None = None, train_file: str | None = None,
@@ -597,6 +602,7 @@ class TrecQADataModule(RankingDataModule):
     """
 
     name = "trecqa"
+    dataset = "trecqa"
     shared_folder = "trecqa"
     how_to_get = ("TrecQA has no official download left (jacana-qa-naacl2013-data-results."
                   "tar.bz2 from http://cs.jhu.edu/~xuchen/packages/); castorini keeps "
@@ -634,6 +640,7 @@ class UbuntuDataModule(RankingDataModule):
     """
 
     name = "ubuntu"
+    dataset = "ubuntu"
     how_to_get = ("The Ubuntu Dialogue Corpus v2 CSV files are built by "
                   "https://github.com/rkadlec/ubuntu-ranking-dataset-creator (or downloaded as "
                   "ubuntu_dialogs_corpus v2 by the Hugging Face datasets loader, which asks for "

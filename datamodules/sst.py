@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from datamodules.common import DataFormatError, read_lines, record_data_seed
-from datamodules.fetch import url_of
+from datamodules.registry import url_of
 from datamodules.text import Example, TextClassificationDataModule, Tokenization, split_tokens
 
 FINE_LABELS = ("very negative", "negative", "neutral", "positive", "very positive")
@@ -166,6 +166,11 @@ class SSTDataModule(TextClassificationDataModule):
     """
 
     name = "sst"
+
+    @property
+    def dataset(self) -> str:
+        """The registry entry: the PTB trees or GLUE's SST-2."""
+        return "sst" if self.format == "ptb" else "sst2"
 
     def __init__(self, data_dir: str | None = None, format: Literal["ptb", "glue"] = "ptb",
                  granularity: Literal["binary", "fine"] = "binary", train_phrases: bool = False,

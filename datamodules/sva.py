@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from datamodules.common import DataFormatError, read_lines, record_data_seed
-from datamodules.fetch import url_of
+from datamodules.registry import url_of
 from datamodules.text import Example, TextClassificationDataModule, Tokenization, split_tokens
 
 LABELS = ("singular", "plural")
@@ -54,6 +54,7 @@ class SVADataModule(TextClassificationDataModule):
     """Linzen et al. number prediction from the prefix (see the module docstring)."""
 
     name = "sva"
+    dataset = "sva"
     shared_subdir = "linzen_agreement"
     archive_url = url_of("sva")  # rnn_agr_simple.tar.gz (datamodules.fetch registry)
     archive_subdir = "rnn_agr_simple"

@@ -47,8 +47,9 @@ from datamodules.common import (
     settings_key,
     shared_data_dir,
 )
-from datamodules.fetch import Dataset as Release
-from datamodules.fetch import Download, dataset_of, ensure
+from datamodules.fetch import ensure, prepare_once
+from datamodules.registry import Dataset as Release
+from datamodules.registry import Download, dataset_of
 from fileio import build_once, write_atomic
 
 log = logging.getLogger(__name__)
@@ -463,6 +464,7 @@ class TextDataModule(L.LightningDataModule):
     def _download_dir(self) -> Path:
         return cache_dir() / self.name / self.archive_subdir
 
+    @prepare_once
     def prepare_data(self) -> None:
         """Download the official archive when configured files are missing and unpack its
         data folder (``archive_subdir``) into ``data_dir``, the archive kept there

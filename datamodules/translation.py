@@ -68,7 +68,8 @@ from datamodules.common import (
     settings_key,
     shared_data_dir,
 )
-from datamodules.fetch import dataset_of, ensure
+from datamodules.fetch import ensure, prepare_once
+from datamodules.registry import dataset_of
 from datamodules.text import (
     SPECIALS,
     PackedPairs,
@@ -596,6 +597,7 @@ class TranslationDataModule(L.LightningDataModule):
 
     # ---- Lightning hooks
 
+    @prepare_once
     def prepare_data(self, extra: Sequence[Path] = ()) -> None:
         """Download the missing files that a download of the dataset's release gives
         (datamodules.fetch: locked, resumed, checked), into ``data_dir``; files that none
@@ -706,6 +708,7 @@ class IWSLT15DataModule(TranslationDataModule):
     """
 
     name = "iwslt15"
+    dataset = "iwslt15"
     bleu = "tokenized"
     directions = (("en", "vi"), ("vi", "en"))
     shared_folder = "iwslt15_en_vi"
@@ -731,6 +734,7 @@ class IWSLT15DataModule(TranslationDataModule):
     def split_files(self, split: str) -> list[tuple[Path, str]]:
         return [self._file(split, self.source), self._file(split, self.target)]
 
+    @prepare_once
     def prepare_data(self) -> None:
         """The release's missing files (:meth:`TranslationDataModule.prepare_data`), the
         vocabulary files too."""
@@ -810,7 +814,7 @@ class WMTDataModule(TranslationDataModule):
     #: placeholders) and where they are, for messages
     release_files: ClassVar[dict[str, tuple[str, str, str]]] = {}
 
-    def __init__(self, data_dir: str | None, source: str, target: str, train_prefix: str,
+    def __init__(self, data_dir: str | None, source: str, target: str, *, train_prefix: str,
                  val_source_file: str, val_target_file: str, test_source_file: str,
                  test_target_file: str, bpe_vocab_size: int | None,
                  split_test_for_training: int | None, max_len: int | None,
@@ -981,6 +985,11 @@ class WMT14DataModule(WMTDataModule):
                  "test-full/newstest2014-{pair}-ref.{tgt}.sgm",
                  "http://www.statmt.org/wmt14/test-full.tgz")}
 
+    @property
+    def dataset(self) -> str:
+        """The registry entry of the language pair."""
+        return "wmt14_en_fr" if "fr" in (self.source, self.target) else "wmt14_en_de"
+
     def __init__(self, data_dir: str | None = None, source: str = "en", target: str = "de",
                  train_prefix: str = "train",
                  val_source_file: str = "newstest2013-src.{src}.sgm",
@@ -989,9 +998,12 @@ class WMT14DataModule(WMTDataModule):
                  test_target_file: str = "newstest2014-{pair}-ref.{tgt}.sgm",
                  bpe_vocab_size: int = 32768, split_test_for_training: int | None = None,
                  max_len: int | None = 250, max_ratio: float | None = 1.5, **kwargs: Any):
-        super().__init__(data_dir, source, target, train_prefix, val_source_file,
-                         val_target_file, test_source_file, test_target_file, bpe_vocab_size,
-                         split_test_for_training, max_len, max_ratio, **kwargs)
+        super().__init__(data_dir, source, target, train_prefix=train_prefix,
+                         val_source_file=val_source_file, val_target_file=val_target_file,
+                         test_source_file=test_source_file, test_target_file=test_target_file,
+                         bpe_vocab_size=bpe_vocab_size,
+                         split_test_for_training=split_test_for_training, max_len=max_len,
+                         max_ratio=max_ratio, **kwargs)
         self.bleu = "tokenized+compound_split" if target == "de" else "tokenized"
 
     def pair_name(self) -> str:
@@ -1072,6 +1084,7 @@ class WMT16EnRoDataModule(WMTDataModule):
     """
 
     name = "wmt16"
+    dataset = "wmt16_en_ro"
     bleu = "tokenized"
     directions = (("en", "ro"), ("ro", "en"))
     shared_folder = "wmt16_en_ro"
@@ -1097,9 +1110,12 @@ class WMT16EnRoDataModule(WMTDataModule):
                  max_len: int | None = 80, max_ratio: float | None = 9.0, **kwargs: Any):
         check_sizes(type(self).__name__, bpe_merges=bpe_merges)
         prepare_romanian("", romanian)  # checks the name
-        super().__init__(data_dir, source, target, train_prefix, val_source_file,
-                         val_target_file, test_source_file, test_target_file, bpe_vocab_size,
-                         split_test_for_training, max_len, max_ratio, **kwargs)
+        super().__init__(data_dir, source, target, train_prefix=train_prefix,
+                         val_source_file=val_source_file, val_target_file=val_target_file,
+                         test_source_file=test_source_file, test_target_file=test_target_file,
+                         bpe_vocab_size=bpe_vocab_size,
+                         split_test_for_training=split_test_for_training, max_len=max_len,
+                         max_ratio=max_ratio, **kwargs)
         self.bpe_merges, self.romanian = bpe_merges, romanian
 
     def prepare(self, text: str, lang: str) -> str:
@@ -1189,6 +1205,7 @@ class AlgoLispDataModule(TranslationDataModule):
     """
 
     name = "algolisp"
+    dataset = "algolisp"
     bleu = None
     directions = (("text", "program"),)
     shared_folder = "algolisp"

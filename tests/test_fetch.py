@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from datamodules import fetch
-from datamodules.fetch import DATASETS, ChecksumError, DownloadError
+from datamodules import fetch, registry
+from datamodules.fetch import ChecksumError, DownloadError
+from datamodules.registry import DATASETS
 
 ROOT = Path(__file__).resolve().parents[1]
 SNLI_DEV = "snli/snli_1.0_dev.first1288.jsonl"
@@ -317,7 +318,7 @@ def test_status_present_missing_corrupt_unverified(tmp_path, capsys):
     (folder / "tst2012.vi").write_text("not the release\n")  # a published sha256: corrupt
     assert fetch.main(["--status", "iwslt15", "--data_dir", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    url = fetch.STANFORD_NMT
+    url = registry.STANFORD_NMT
     assert f"  present    tst2012.en  <- {url}tst2012.en\n" in out
     assert f"  unverified vocab.en  <- {url}vocab.en  [sha256: None]\n" in out
     assert f"  corrupt    tst2012.vi  <- {url}tst2012.vi\n" in out
@@ -330,7 +331,7 @@ def test_status_present_missing_corrupt_unverified(tmp_path, capsys):
 
     # an unpacked archive: its files present, the archive not needed; then complete
     snli = tmp_path / "snli"
-    for name in fetch.DATASETS["snli"].files:
+    for name in DATASETS["snli"].files:
         (snli / name).parent.mkdir(parents=True, exist_ok=True)
         (snli / name).write_text("{}\n")
     assert fetch.main(["--status", "snli", "--data_dir", str(tmp_path)]) == 0
@@ -389,11 +390,25 @@ def test_registry_matches_the_datamodules():
     from datamodules.sst import SSTDataModule
     from datamodules.translation import WMT14DataModule
 
-    assert SNLIDataModule.url == fetch.url_of("snli")
-    assert MultiNLIDataModule.url == fetch.url_of("multinli")
-    assert SciTailDataModule.url == fetch.url_of("scitail") and WIKIQA_URL == fetch.url_of("wikiqa")
-    assert fetch.dataset_of(SSTDataModule(data_dir="x", format="glue")).key == "sst2"
-    assert fetch.dataset_of(WMT14DataModule("x", source="fr", target="en")).key == "wmt14_en_fr"
+    assert SNLIDataModule.url == registry.url_of("snli")
+    assert MultiNLIDataModule.url == registry.url_of("multinli")
+    assert SciTailDataModule.url == registry.url_of("scitail")
+    assert WIKIQA_URL == registry.url_of("wikiqa")
+    assert registry.dataset_of(SSTDataModule(data_dir="x", format="glue")).key == "sst2"
+    assert registry.dataset_of(WMT14DataModule("x", source="fr", target="en")).key == "wmt14_en_fr"
+    assert registry.dataset_of(WMT14DataModule("x")).key == "wmt14_en_de"
+    # each reader the registry names declares its entry (a class attribute, or a property
+    # where the settings choose between entries: SST, WikiQA, WMT'14)
+    import importlib
+
+    classes = {name: cls for module in ("nli", "ranking", "text", "imdb", "sst", "sva", "lm1b",
+                                        "translation", "mlu")
+               for name, cls in vars(importlib.import_module(f"datamodules.{module}")).items()
+               if name.endswith("DataModule")}
+    for entry in DATASETS.values():
+        for name in entry.datamodules:
+            declared = classes[name].__dict__.get("dataset")
+            assert declared == entry.key or isinstance(declared, property), (name, entry.key)
     for entry in DATASETS.values():  # every sha256 is 64 hex digits or None (unknown)
         for d in entry.downloads:
             assert d.sha256 is None or (len(d.sha256) == 64 and int(d.sha256, 16) >= 0)
@@ -409,3 +424,18 @@ def test_the_progress_bar_shows_the_file_and_its_size(tmp_path, server, capsys):
     assert "\rbig.bin:   0%|" in err and "/293k [" in err  # 300,000 B in 1024-based units
     fetch.download_file(server.url("big.bin"), tmp_path / "quiet.bin", progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_prepare_data_runs_once_per_datamodule(tmp_path, monkeypatch):
+    """fetch.prepare before the model is built, Lightning's trainer again before fitting:
+    the DataModule asks for its files once."""
+    from datamodules import translation
+
+    asked = []
+    monkeypatch.setattr(translation, "ensure", lambda key, *a, **k: asked.append(key) or [])
+    dm = translation.IWSLT15DataModule(str(tmp_path))
+    fetch.prepare(dm)
+    dm.prepare_data()
+    assert asked == ["iwslt15"]
+    translation.IWSLT15DataModule(str(tmp_path)).prepare_data()  # another object asks again
+    assert asked == ["iwslt15", "iwslt15"]
