@@ -56,9 +56,10 @@ class CommandLine:
     args: tuple[str, ...]
     options: tuple[Option, ...]
     configs: dict[str, dict]  # config file as typed -> its mapping ({}: unreadable)
+    command: str | None = None  # fit, validate or test, when the caller knows it
 
     @classmethod
-    def parse(cls, args: list[str] | tuple[str, ...]) -> CommandLine:
+    def parse(cls, args: list[str] | tuple[str, ...], command: str | None = None) -> CommandLine:
         options = []
         i = 0
         while i < len(args):
@@ -77,7 +78,9 @@ class CommandLine:
                                   token if eq or value is None else f"{token} {value}"))
         configs = {o.value: load_yaml(o.value) for o in options
                    if o.flag in CONFIG_FLAGS and o.value}
-        return cls(tuple(args), tuple(options), configs)
+        if command is None:  # a whole command line: its command first
+            command = next((a for a in args[:1] if a in CLI_COMMANDS), None)
+        return cls(tuple(args), tuple(options), configs, command)
 
     @classmethod
     def of(cls, args: CommandLine | list[str]) -> CommandLine:
@@ -146,6 +149,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def count(minimum: int):
+    """An argparse type: an integer of at least ``minimum`` (a count of seeds, jobs, threads:
+    0 runs nothing or waits forever, a negative one fails in every run), refused at parse
+    time in one line."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}")
+        return value
+
+    parse.__name__ = "count"  # argparse names the type in its own messages
+    return parse
+
+
 def command_parser(experiment: Experiment, command: str, cells: bool = False) -> _Parser:
     """The parser of one of the suite's commands: its description, then the listing."""
     return _Parser(prog=f"{experiment.name}.py {command}", description=COMMANDS[command],
@@ -170,21 +192,26 @@ def chosen_config(experiment: Experiment, args: argparse.Namespace) -> str:
 
 def grid_parser(experiment: Experiment, command: str,
                 with_cell: bool = False) -> argparse.ArgumentParser:
-    p = command_parser(experiment, command, cells=with_cell)
+    p = command_parser(experiment, command, cells=True)
     p.add_argument("grid", help=f"one of: {', '.join(experiment.grids)} (below)")
     add_config_arguments(p, experiment)
     if with_cell:
         p.add_argument("--cell", required=True, help="a cell of the grid (below)")
-        p.add_argument("--seed", type=int, default=0, help="the seed (default: 0)")
+        p.add_argument("--seed", type=count(0), default=0, metavar="N",
+                       help="the seed (default: 0)")
     else:
-        p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per cell")
-        p.add_argument("--cells", nargs="*", default=None, help="only these cells")
+        p.add_argument("--seeds", type=count(1), default=1, metavar="N",
+                       help="seeds 0..N-1 per cell (default: 1)")
+        p.add_argument("--cells", nargs="*", default=None,
+                       help="only these cells (default: every cell, below)")
     if command == "grid":  # how to run them here (a sweep's agents decide for themselves)
-        p.add_argument("--jobs", type=int, default=1, help="cells run in parallel")
+        p.add_argument("--jobs", type=count(1), default=1, metavar="N",
+                       help="cells run in parallel (default: 1)")
         p.add_argument("--dry-run", action="store_true", help="print the commands only")
-        p.add_argument("--threads", type=int, default=None,
-                       help="torch threads per run (default: the cores / --jobs when --jobs > "
-                            "1); results depend on it, so fix it to compare machines")
+        p.add_argument("--threads", type=count(1), default=None, metavar="N",
+                       help="torch threads per run, $ATTNREPRO_THREADS of each run (default: "
+                            "the cores / --jobs when --jobs > 1, else torch's default); "
+                            "results depend on it, so fix it to compare machines")
         p.add_argument("--skip-done", action="store_true",
                        help="keep runs whose CSV already holds every metric of the grid; "
                             "resume the others that left a checkpoint from their latest")

@@ -7,6 +7,7 @@ a data error names the file (:func:`data_message`); a value a constructor refuse
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 
@@ -20,6 +21,7 @@ def compact_error(message: str, experiment: Experiment, line: CommandLine) -> st
     Union subtype tried), a value of the wrong type the types taken, and a config file that
     does not exist names the experiment's configs; a key no option takes names the config
     file of the command ``line`` that holds it.  Any other message is returned as it is."""
+    message = _subclass_option_error(message, line)
     unknown = re.search(r"does not accept (?:option|key) '([\w.]+)'", message)
     if unknown:
         holders = line.configs_with_key(unknown.group(1).split("."))
@@ -46,6 +48,46 @@ def compact_error(message: str, experiment: Experiment, line: CommandLine) -> st
     return message
 
 
+def _subclass_option_error(message: str, line: CommandLine) -> str:
+    """An option the class of a subclass-mode argument (``--model=DecompAtt``) does not take,
+    in the words jsonargparse uses for any other argument: ``unrecognized arguments:
+    --model.dropoutt 0.1`` on the command line, ``Subcommand 'fit' does not accept option
+    'model.dropoutt'`` in a config file (jsonargparse says "expected null, got NestedArg(...)":
+    the None of ``Optional[<class>]`` is the last type it tried).  Any other message as it is."""
+    key = re.search(r'Parser key "([\w.]+)"', message)
+    option = re.search(r"Option '(\w+)' is not accepted", message)
+    given = re.search(r"Given value: (.*)", message)
+    if not (key and option and given):
+        return message
+    value = given.group(1).strip()
+    nested = re.fullmatch(r"NestedArg\(key='([\w.]+)', val='(.*)'\)", value)
+    if nested:
+        return f"unrecognized arguments: --{key.group(1)}.{nested.group(1)} {nested.group(2)}"
+    try:
+        given_value = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return message
+    path = _path_to(given_value, option.group(1))
+    if path is None:
+        return message
+    command = line.command or "fit"
+    return (f"Subcommand '{command}' does not accept option "
+            f"'{'.'.join([key.group(1), *path])}'")
+
+
+def _path_to(node, name: str) -> list[str] | None:
+    """The keys leading to ``name`` in nested mappings (``['init_args', 'dropoutt']``)."""
+    if not isinstance(node, dict):
+        return None
+    if name in node:
+        return [name]
+    for k, v in node.items():
+        below = _path_to(v, name)
+        if below is not None:
+            return [str(k), *below]
+    return None
+
+
 #: how :func:`compact_error` names the types jsonargparse expected
 _TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false",
                "str": "a string", "NoneType": "null", "dict": "a mapping", "list": "a list"}
@@ -67,6 +109,7 @@ def closest_options(parser, message: str) -> str:
         p = stack.pop()
         for action in p._actions:
             known.update(o.lstrip("-") for o in action.option_strings if o.startswith("--"))
+            known.update(_subclass_options(action))
             stack.extend(getattr(action, "_name_parser_map", {}).values())
     hints = []
     for name in unknown:
@@ -74,6 +117,37 @@ def closest_options(parser, message: str) -> str:
         if close:
             hints.append(f"{name}: did you mean {' or '.join('--' + c for c in close)}?")
     return ("; " + "; ".join(hints)) if hints else ""
+
+
+def _subclass_options(action) -> set[str]:
+    """The options of a subclass-mode argument (``--model`` typed ``Optional[DecompAtt]``):
+    ``<dest>.<parameter>`` and ``<dest>.init_args.<parameter>`` for every constructor
+    parameter of its classes, their subclasses (``--model=Mixture``) and their bases."""
+    import inspect
+    import typing
+
+    hint = getattr(action, "_typehint", None)
+    if hint is None or action.dest.endswith(".help"):  # --model.help CLASS prints its options
+        return set()
+    classes = [c for c in (typing.get_args(hint) or (hint,))
+               if isinstance(c, type) and c is not type(None)]
+    seen: set[type] = set()
+    while classes:
+        cls = classes.pop()
+        if cls not in seen:
+            seen.add(cls)
+            classes.extend(cls.__subclasses__())
+    names: set[str] = set()
+    for cls in seen:
+        for base in cls.__mro__:
+            init = base.__dict__.get("__init__")
+            try:
+                params = inspect.signature(init).parameters.values() if init else ()
+            except (TypeError, ValueError):
+                continue
+            names.update(p.name for p in params if p.name != "self" and p.kind in (
+                p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return {f"{action.dest}{sep}{n}" for n in names for sep in (".", ".init_args.")}
 
 
 class ConfigError(ValueError):

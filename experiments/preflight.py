@@ -33,6 +33,20 @@ def check_dataset_args(experiment: Experiment, command: str,
     raise SystemExit(missing_dataset_message(experiment, command, line.config_files))
 
 
+def check_config_given(experiment: Experiment, command: str,
+                       args: CommandLine | list[str]) -> None:
+    """A LightningCLI command needs a config file (the paper's settings or another): without
+    one, say which configs there are (one line), instead of training on the constructors'
+    defaults or jsonargparse's "required: fit.model"."""
+    line = CommandLine.of(args)
+    if line.config_files:
+        return
+    where = shown_path(experiment.config_dir)
+    raise SystemExit(f"{experiment.name}.py {command} needs a config: add --config "
+                     f"{where}/<config>.yaml (configs: {', '.join(experiment.configs())}; "
+                     f"e.g. --config {where}/smoke.yaml)")
+
+
 def missing_dataset_message(experiment: Experiment, command: str, configs: list[str]) -> str:
     prog = f"{experiment.name}.py {command}"
     for path in configs:

@@ -51,7 +51,12 @@ from experiments.command_line import (
 )
 from experiments.grid_model import Experiment, runs_root, shown_path
 from experiments.launch import run_grid, run_one_cell, write_sweep
-from experiments.preflight import check_attention_args, check_dataset_args, mechanism_params
+from experiments.preflight import (
+    check_attention_args,
+    check_config_given,
+    check_dataset_args,
+    mechanism_params,
+)
 from experiments.report import print_report
 
 
@@ -73,9 +78,10 @@ def main(experiment: Experiment, argv: list[str] | None = None) -> None:
     if not command.startswith("-") and command not in CLI_COMMANDS:
         raise SystemExit(f"{experiment.name}.py: unknown command {command!r}; commands: "
                          f"{', '.join(COMMANDS)} (see {experiment.name}.py --help)")
-    line = CommandLine.parse(args[1:])
+    line = CommandLine.parse(args[1:], command if command in CLI_COMMANDS else None)
     if command in CLI_COMMANDS and not line.asks_for_help():
         check_dataset_args(experiment, command, line)
+        check_config_given(experiment, command, line)
         check_attention_args(experiment, command, line)
     from experiments.cli import run_cli  # Lightning's CLI: only for fit, validate, test
 
