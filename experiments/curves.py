@@ -1,11 +1,13 @@
 """Learning curves of a grid as committed data and a plot: the grid's validation metric
-(``Grid.curve``) per step and cell, read from the CSV logs like ``report``.
+(``Grid.curve``, else its first metric's validation counterpart: experiments.report's
+curve_metric) per step and cell, read from the CSV logs like ``report``.
 
     python -m experiments.curves coda_mlu curve --config curve --out results/coda_mlu_curve
 
 writes ``<out>.csv`` (step, one column per cell: mean over seeds), ``<out>.png`` and
 ``<out>.md`` (what ``report --curve`` prints: the grid's table, then the curves), and
-prints the markdown.
+prints the markdown; when the runs logged the CoDA gate diagnostics, also
+``<out>-gates.png`` (experiments/plots.py draws both, as ``report --plot`` does).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import importlib
 import io
 from pathlib import Path
 
-from experiments.report import format_curves, format_report, learning_curves
+from experiments.plots import plot_curves, plot_gates, save_figure
+from experiments.report import curve_metric, format_curves, format_report, learning_curves
 from fileio import write_atomic
 
 
@@ -29,10 +32,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     experiment = importlib.import_module(f"experiments.{args.experiment}").EXPERIMENT
     grid = experiment.grid(args.grid)
-    curves = learning_curves(experiment, grid, args.config)
+    metric = curve_metric(grid)
+    curves = learning_curves(experiment, grid, args.config, metric)
     steps = sorted({s for c in curves.values() for s in c})
     if not steps:
-        raise SystemExit(f"no {grid.curve} logged for {experiment.name} {grid.name} "
+        raise SystemExit(f"no {metric} logged for {experiment.name} {grid.name} "
                          f"({args.config}) yet")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -50,22 +54,11 @@ def main(argv: list[str] | None = None) -> None:
                f"--config {args.config} --out {args.out}")
     write_atomic(out.with_suffix(".md"), f"{table}\n\n(made by `{command}`)\n")
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for cell, per in mean.items():
-        xs = sorted(per)
-        ax.plot(xs, [per[s] for s in xs], marker="o", markersize=3, label=cell)
-    ax.set_xlabel("training step")
-    ax.set_ylabel(f"{grid.curve} ({'%' if grid.scale == 100 else f'x{grid.scale:g}'})")
-    ax.set_title(f"{experiment.name} {grid.name} ({args.config})")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    write_atomic(out.with_suffix(".png"), lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    fig, _ = plot_curves(experiment, grid, args.config, metrics={metric: metric})
+    save_figure(fig, out.with_suffix(".png"))
+    gates = plot_gates(experiment, grid, args.config)
+    if gates is not None:  # the runs logged the CoDA gate diagnostics
+        save_figure(gates, out.with_name(f"{out.name}-gates.png"))
     print(table)
 
 

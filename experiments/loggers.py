@@ -315,7 +315,8 @@ def log_predictions(trainer, since: float | None = None) -> None:
 
 def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
     """After a grid's cells: when they logged to W&B, one short run in their group, job
-    type ``summary``, with the paper's table (:func:`summary_table`) as ``paper_table``.
+    type ``summary``, with the paper's table (:func:`summary_table`) as ``paper_table`` and
+    the figures of ``report --plot`` as images (:func:`log_grid_plots`).
     W&B failing to start or to log is one printed line: the grid's runs are done."""
     group = group_name(grid, config)
     root = experiment.grid_folder(grid, config)
@@ -336,8 +337,26 @@ def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
             settings=wandb_settings(init_timeout=60))
         try:
             run.log({"paper_table": wandb.Table(columns=columns, data=rows)})
+            log_grid_plots(run, experiment, grid, config)
         finally:
             run.finish()
         print(f"W&B summary run logged: {folder}", flush=True)
     except Exception as err:  # noqa: BLE001 - never fail a finished grid for W&B
         print(f"W&B summary run not logged: {type(err).__name__}: {err}", flush=True)
+
+
+def log_grid_plots(run, experiment: Experiment, grid: Grid, config: str) -> None:
+    """The figures ``report --plot`` writes (experiments/plots.py) as the images
+    ``plots/<figure>`` of a W&B run; failing to draw them is one printed line, the table is
+    logged."""
+    try:
+        import wandb
+
+        from experiments.plots import FIGURES, grid_plots
+        from lit_models.plots import figure_image
+
+        plots = grid_plots(experiment, grid, config)
+        run.log({f"plots/{name}": wandb.Image(figure_image(fig), caption=FIGURES[name])
+                 for name, fig in plots.figures.items()})
+    except Exception as err:  # noqa: BLE001 - the table is logged; the figures are extra
+        print(f"W&B summary plots not logged: {type(err).__name__}: {err}", flush=True)

@@ -131,7 +131,7 @@ def plot_gates(experiment: Experiment, grid: Grid, config: str, root: Path | Non
         return None
     key = curve_metric(grid)
     fig = new_figure((11.0, 3.0 * len(gates)))
-    rows = fig.subplots(len(gates), 2, squeeze=False)
+    rows = fig.subplots(len(gates), 2, squeeze=False, sharex=True)
     for (left, right), (name, layers) in zip(rows, gates.items()):
         runs = cell_runs(root, grid.cell(name))
         steps = metric_steps(runs, key, metric_scale(grid, key))
@@ -157,7 +157,7 @@ def plot_paper(experiment: Experiment, grid: Grid, config: str) -> tuple[Figure,
     seeds, and each seed); and the cells with no value of any metric."""
     results = collect(experiment, grid, config)
     labels = list(grid.metrics)
-    fig = new_figure((5.0 * len(labels), 0.9 + 0.35 * len(grid.cells)))
+    fig = new_figure((5.0 * len(labels), 1.6 + 0.35 * len(grid.cells)))
     axes = fig.subplots(1, len(labels), squeeze=False, sharey=True)[0]
     ys = list(range(len(grid.cells)))[::-1]
     for ax, label in zip(axes, labels):
@@ -191,7 +191,7 @@ def plot_paper(experiment: Experiment, grid: Grid, config: str) -> tuple[Figure,
 def plot_claims(results: list[ClaimResult], title: str) -> Figure:
     """Per claim (and metric) a row: our paired difference with its 95% interval, the
     paper's difference, the verdict in the label; a claim without a test says why."""
-    fig = new_figure((9.0, 0.9 + 0.4 * max(len(results), 1)))
+    fig = new_figure((9.0, 1.4 + 0.4 * max(len(results), 1)))
     ax = fig.subplots()
     ys = list(range(len(results)))[::-1]
     names = []
@@ -206,7 +206,8 @@ def plot_claims(results: list[ClaimResult], title: str) -> Figure:
                         label="ours [95% CI]" if not _has_label(ax, "ours [95% CI]") else None)
             names.append(f"{r.claim} ({r.label}): {r.shown_verdict}, {c.seeds} x {c.units:,}")
         else:
-            names.append(f"{r.claim} ({r.label}): {r.why.split(' (')[0]}")
+            # the reason's first words ("not run", "no paired test"); the report has the rest
+            names.append(f"{r.claim} ({r.label}): {re.split(r' [(]|: ', r.why)[0]}")
     ax.axvline(0, color="grey", linewidth=0.8)
     ax.set_yticks(ys, names, fontsize=8)
     ax.set_xlabel("proposal - baseline")
