@@ -210,7 +210,7 @@ DATASETS: dict[str, Dataset] = {d.key: d for d in [
                        for i in range(1, 100))
         + tuple(f"heldout-monolingual.tokenized.shuffled/news.en.heldout-{i:05d}-of-00050"
                 for i in range(50))),), checksums=HF_SHA, datamodules=("LM1BDataModule",)),
-    # ---- translation (datamodules/translation.py)
+    # ---- translation (datamodules/iwslt.py, wmt.py, algolisp.py)
     Dataset("iwslt15", "IWSLT'15 En-Vi, Stanford NMT release", "iwslt15_en_vi", tuple(
         Download(STANFORD_NMT + name, sha256=IWSLT_SHA.get(name, (None, None))[0],
                  size=IWSLT_SHA.get(name, (None, None))[1])

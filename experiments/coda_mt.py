@@ -14,7 +14,7 @@ is that recipe.  Table 4 reports test BLEU (tst2013); Tables 8 and 9 development
 (tst2012), read here as the last validation BLEU of the run.
 """
 
-from datamodules.translation import IWSLT15DataModule
+from datamodules.iwslt import IWSLT15DataModule
 from experiments.coda_nli import CENTERING, TABLE9_BLEU
 from experiments.grid_model import Cell, Experiment, Grid
 from lit_models.mt_rows import LINKS

@@ -7,7 +7,7 @@ per program, Transformer vs CoDA Transformer (tensor2tensor's tiny setting, 100K
     python experiments/coda_text2code.py report table7
 """
 
-from datamodules.translation import AlgoLispDataModule
+from datamodules.algolisp import AlgoLispDataModule
 from experiments.grid_model import Cell, Experiment, Grid
 from lit_models.mt_rows import LINKS
 from lit_models.transformer import TransformerSeq2Seq

@@ -20,7 +20,8 @@ segments of 5 words; "partial" = in the first 3 of 6 layers (softmax above), the
 Tables 1, 3 and 4.
 """
 
-from datamodules.translation import TranslationDataModule, WMT14DataModule  # noqa: F401 - config class_path
+from datamodules.translation import TranslationDataModule  # noqa: F401 - config class_path
+from datamodules.wmt import WMT14DataModule  # noqa: F401 - config class_path
 from experiments.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
 from lit_models.mt_rows import (
     COST_ROWS,

@@ -40,9 +40,10 @@ from torch import Tensor
 from attention import build
 from attention.masking import attention_mask
 from attention.window import WindowMultiHead, boundary_distributions, window_mask
+from datamodules.iwslt import IWSLT15DataModule
 from datamodules.nli import SNLIDataModule, collate_pairs, spacy_pair
 from datamodules.sst import SSTDataModule
-from datamodules.translation import IWSLT15DataModule, collate_translation
+from datamodules.translation import collate_translation
 from experiments.cli import silence_lightning_tips
 from experiments.grid_model import runs_root
 from lit_models import plots

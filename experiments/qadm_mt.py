@@ -16,11 +16,9 @@ command on the decoded test files every run writes (``hypotheses-test.jsonl``):
         --hypotheses runs/qadm_mt/table1-paper/en_vi-{additive,mqt}-seed0/hypotheses-test.jsonl
 """
 
-from datamodules.translation import (  # noqa: F401 - config class_path
-    IWSLT15DataModule,
-    TranslationDataModule,
-    WMT16EnRoDataModule,
-)
+from datamodules.iwslt import IWSLT15DataModule  # noqa: F401 - config class_path
+from datamodules.translation import TranslationDataModule  # noqa: F401 - config class_path
+from datamodules.wmt import WMT16EnRoDataModule  # noqa: F401 - config class_path
 from experiments.grid_model import Cell, Experiment, Grid, dataset_config
 from lit_models.mt_rows import LINKS
 from lit_models.rnn_seq2seq import RNNSeq2Seq

@@ -25,9 +25,11 @@ from pathlib import Path
 import pytest
 
 import datamodules.common as common
+from datamodules.algolisp import AlgoLispDataModule, read_algolisp
 from datamodules.common import DataFormatError, MissingDataFile, Vocab
 from datamodules.glove import read_glove, vocab_vectors
 from datamodules.imdb import IMDbDataModule, read_aclimdb, read_review
+from datamodules.iwslt import IWSLT15DataModule, read_stanford_vocab
 from datamodules.lm1b import LM1BDataModule, read_sentences
 from datamodules.mlu import MLUDataModule, read_problems
 from datamodules.nli import (
@@ -52,17 +54,8 @@ from datamodules.ranking import (
 )
 from datamodules.sst import SSTDataModule, read_glue_sst2, read_sst_ptb
 from datamodules.sva import SVADataModule, read_linzen
-from datamodules.translation import (
-    AlgoLispDataModule,
-    IWSLT15DataModule,
-    WMT14DataModule,
-    WMT16EnRoDataModule,
-    read_algolisp,
-    read_parallel_lines,
-    read_sgml_segments,
-    read_stanford_vocab,
-    read_text_pairs,
-)
+from datamodules.translation import read_parallel_lines, read_sgml_segments, read_text_pairs
+from datamodules.wmt import WMT14DataModule, WMT16EnRoDataModule
 from experiments import coda_mt, coda_nli, coda_ranking, dwin_classification
 from experiments.errors import data_error_in, unwrapped
 from tests.test_cli import error

@@ -65,7 +65,7 @@ def build_text(work: Path) -> str:
 
 
 def build_translation(work: Path) -> str:
-    from datamodules.translation import WMT16EnRoDataModule
+    from datamodules.wmt import WMT16EnRoDataModule
 
     dm = WMT16EnRoDataModule(str(work / "wmt16_en_ro"), bpe_merges=20, batch_size=8)
     dm.setup("fit")

@@ -365,7 +365,7 @@ def test_translation_files_and_an_optional_test_split(tmp_path, server, monkeypa
     """IWSLT'15: plain files (train from the shared prefix, so no published checksum; tst2012
     and the vocabularies as released, tst2012 checked against its published sha256); tst2013
     is not served: only a warning, since fit does not read the test split."""
-    from datamodules.translation import IWSLT15DataModule
+    from datamodules.iwslt import IWSLT15DataModule
 
     files = {f"train.{lang}": shared(f"iwslt15_en_vi/train.first1000.{lang}").read_bytes()
              for lang in ("en", "vi")}
@@ -388,7 +388,7 @@ def test_registry_matches_the_datamodules():
     from datamodules.nli import MultiNLIDataModule, SciTailDataModule, SNLIDataModule
     from datamodules.ranking import WIKIQA_URL
     from datamodules.sst import SSTDataModule
-    from datamodules.translation import WMT14DataModule
+    from datamodules.wmt import WMT14DataModule
 
     assert SNLIDataModule.url == registry.url_of("snli")
     assert MultiNLIDataModule.url == registry.url_of("multinli")
@@ -402,7 +402,7 @@ def test_registry_matches_the_datamodules():
     import importlib
 
     classes = {name: cls for module in ("nli", "ranking", "text", "imdb", "sst", "sva", "lm1b",
-                                        "translation", "mlu")
+                                        "iwslt", "wmt", "algolisp", "mlu")
                for name, cls in vars(importlib.import_module(f"datamodules.{module}")).items()
                if name.endswith("DataModule")}
     for entry in DATASETS.values():
@@ -430,12 +430,13 @@ def test_prepare_data_runs_once_per_datamodule(tmp_path, monkeypatch):
     """fetch.prepare before the model is built, Lightning's trainer again before fitting:
     the DataModule asks for its files once."""
     from datamodules import translation
+    from datamodules.iwslt import IWSLT15DataModule
 
     asked = []
     monkeypatch.setattr(translation, "ensure", lambda key, *a, **k: asked.append(key) or [])
-    dm = translation.IWSLT15DataModule(str(tmp_path))
+    dm = IWSLT15DataModule(str(tmp_path))
     fetch.prepare(dm)
     dm.prepare_data()
     assert asked == ["iwslt15"]
-    translation.IWSLT15DataModule(str(tmp_path)).prepare_data()  # another object asks again
+    IWSLT15DataModule(str(tmp_path)).prepare_data()  # another object asks again
     assert asked == ["iwslt15", "iwslt15"]

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from datamodules.common import DataFormatError
-from lit_models.bleu import write_hypotheses
 from experiments.rare_words import (
     analyse,
     frequency_groups,
@@ -23,6 +22,7 @@ from experiments.rare_words import (
     parse_groups,
     rare_word_deviation,
 )
+from lit_models.bleu import write_hypotheses
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,21 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from datamodules.algolisp import AlgoLispDataModule, flatten_program, read_algolisp
 from datamodules.common import DataFormatError
+from datamodules.iwslt import IWSLT15DataModule, read_stanford_vocab
 from datamodules.text import SPECIALS
-from datamodules.translation import (
-    AlgoLispDataModule,
-    IWSLT15DataModule,
-    WMT14DataModule,
-    WMT16EnRoDataModule,
-    flatten_program,
-    moses_tokenize_test,
-    prepare_romanian,
-    read_algolisp,
-    read_sgml,
-    read_sgml_segments,
-    read_stanford_vocab,
-)
+from datamodules.translation import moses_tokenize_test, read_sgml, read_sgml_segments
+from datamodules.wmt import WMT14DataModule, WMT16EnRoDataModule, prepare_romanian
 from tests.conftest import shared_path
 from tests.fixtures.make_fixtures import FIXTURES
 
