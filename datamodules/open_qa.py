@@ -275,7 +275,7 @@ class OpenQADataModule(L.LightningDataModule):
 
     name: ClassVar[str] = ""
     shared_folder: ClassVar[str] = ""
-    release: ClassVar[str] = ""  # the datamodules.fetch registry key
+    dataset: ClassVar[str] = ""  # the dataset registry's entry (datamodules.fetch)
 
     def __init__(self, data_dir: str | None = None, batch_size: int = 100,
                  train_window: int = 400, max_context: int = 1000, max_question: int = 25,
@@ -321,7 +321,7 @@ class OpenQADataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         """The official files of every split, downloaded where a URL exists (datamodules.
         fetch); otherwise a FileNotFoundError naming the files and how to get them."""
-        ensure(self.release, self.data_dir, [p for s in SPLITS for p in self.files(s)],
+        ensure(self.dataset, self.data_dir, [p for s in SPLITS for p in self.files(s)],
                download=self.download)
 
     # -- examples, vocabulary, datasets
@@ -451,7 +451,7 @@ class SearchQADataModule(OpenQADataModule):
 
     name = "searchqa"
     shared_folder = "searchqa"
-    release = "searchqa"
+    dataset = "searchqa"
 
     def files(self, split: str) -> list[Path]:
         return [self.data_dir / f"{split}.txt"]
@@ -473,7 +473,7 @@ class QuasarTDataModule(OpenQADataModule):
 
     name = "quasar_t"
     shared_folder = "quasar_t"
-    release = "quasar_t"
+    dataset = "quasar_t"
     SPLIT_FILES: ClassVar[dict[str, str]] = {"train": "train", "val": "dev", "test": "test"}
 
     def __init__(self, data_dir: str | None = None, context: Literal["short", "long"] = "short",

@@ -93,6 +93,7 @@ WMT16 = "http://data.statmt.org/wmt16/translation-task/"
 LM1B = "1-billion-word-language-modeling-benchmark-r13output"
 DROPBOX = "https://www.dropbox.com/s/"
 ALGOLISP = {"train": "qhun6kml9yb2ui9", "dev": "aajkw83j2ps8bzx", "test": "f1x9ybkjpf371cp"}
+QUASAR_T = "http://curtis.ml.cmu.edu/datasets/quasar/quasar-t/"
 
 
 def _wmt(key: str, year: str, pair: tuple[str, str], dev: str, test: str, dev_url: str,
@@ -248,6 +249,21 @@ DATASETS: dict[str, Dataset] = {d.key: d for d in [
             how_to_get="nothing to download: the problems are generated from the documented "
                        "distribution (datamodules/mlu.py); the published file is not available",
             checksums="no download", datamodules=("MLUDataModule",)),
+    # ---- open-domain QA (datamodules/open_qa.py)
+    Dataset("searchqa", "SearchQA, the txt splits (Dunn et al. 2017)", "searchqa",
+            manual=("train.txt", "val.txt", "test.txt"),
+            how_to_get="no direct URL: the txt splits are in the Google Drive folder that "
+                       "https://github.com/nyu-dl/dl4ir-searchQA links (id "
+                       "0B51lBZ1gs1XTR3BIVTJQWkREQU0); put train.txt, val.txt and test.txt here",
+            checksums="no download", datamodules=("SearchQADataModule",)),
+    Dataset("quasar_t", "Quasar-T questions and short / long contexts (Dhingra et al. 2017)",
+            "quasar_t", tuple(
+                Download(f"{QUASAR_T}{kind}/{split}_{what}.json.gz",
+                         name=f"{kind}/{split}_{what}.json.gz")
+                for kind, what in (("questions", "questions"), ("contexts/short", "contexts"),
+                                   ("contexts/long", "contexts"))
+                for split in ("train", "dev", "test")),
+            datamodules=("QuasarTDataModule",)),
 ]}
 
 

@@ -153,6 +153,19 @@ def test_searchqa_datamodule_labels_tokens_and_drops_unanswerable_training_quest
     assert [dm.vocab.itos[i] for i in ids] == "owned by alice alice loved".split()
 
 
+def test_the_encoded_splits_are_cached_by_files_and_settings(tmp_path, monkeypatch):
+    folder = str(write_searchqa(tmp_path / "data"))
+    SearchQADataModule(data_dir=folder).setup()
+    cached = list((tmp_path / "cache").glob("open_qa-searchqa-*.pt"))
+    assert len(cached) == 1
+    monkeypatch.setattr(SearchQADataModule, "read", None)  # a second build would fail
+    again = SearchQADataModule(data_dir=folder)
+    again.setup()
+    assert again.datasets["train"].answers == [["alice"], ["paris"], ["new york"]]
+    with pytest.raises(TypeError):  # other settings: built again
+        SearchQADataModule(data_dir=folder, train_window=8).setup()
+
+
 def test_evaluation_contexts_are_truncated_and_spans_past_the_cut_absent(tmp_path):
     dm = SearchQADataModule(data_dir=str(write_searchqa(tmp_path)), max_context=4)
     dm.setup()
@@ -184,6 +197,23 @@ def test_quasar_t_files_out_of_order_name_both_lines(tmp_path):
     with pytest.raises(DataFormatError, match=r"train_contexts.json.gz:1: expected uid 'q1'"):
         list(read_quasar(folder / "questions" / "train_questions.json.gz",
                          folder / "contexts" / "short" / "train_contexts.json.gz"))
+
+
+def test_bad_files_are_one_error_naming_file_and_line(tmp_path):
+    (tmp_path / "bytes.txt").write_bytes(b"<s> caf\xe9 </s> ||| q ||| a\n")
+    with pytest.raises(DataFormatError, match=r"bytes.txt:1: expected UTF-8 text"):
+        list(read_searchqa(tmp_path / "bytes.txt"))
+    folder = write_quasar(tmp_path / "q")
+    questions = folder / "questions" / "train_questions.json.gz"
+    short = folder / "contexts" / "short" / "train_contexts.json.gz"
+    with gzip.open(short, "wt") as f:  # one record fewer than the questions
+        f.write("".join(json.dumps({"uid": u, "contexts": []}) + "\n" for u, *_ in QUASAR[:2]))
+    with pytest.raises(DataFormatError, match=r"train_contexts.json.gz: expected one record "
+                                              r"per record of .*2 records"):
+        list(read_quasar(questions, short))
+    short.write_text("not gzip\n")
+    with pytest.raises(DataFormatError, match=r"train_contexts.json.gz: expected .*\(gzip\)"):
+        list(read_quasar(questions, short))
 
 
 def test_glove_rows_frozen_zero_for_unknown_words_and_absent_file_warns(tmp_path, caplog):
@@ -417,3 +447,35 @@ def test_one_optimiser_step_lowers_the_loss(attention):
     with torch.no_grad():
         after = model.span_loss(model(batch), batch["start"], batch["end"]).mean()
     assert after < before
+
+
+# -- getting the files (datamodules.fetch) -------------------------------------------------------
+def test_missing_searchqa_says_where_to_get_it(tmp_path):
+    dm = SearchQADataModule(data_dir=str(tmp_path / "searchqa"))
+    with pytest.raises(FileNotFoundError, match=r"train.txt.*dl4ir-searchQA"):
+        dm.setup()
+
+
+def test_missing_quasar_t_is_downloaded_from_the_release_urls(tmp_path, monkeypatch):
+    from datamodules import fetch
+
+    source = write_quasar(tmp_path / "release")
+    urls = []
+
+    def downloader(url, dest, **_):
+        urls.append(url)
+        relative = url.split("/quasar-t/", 1)[1]
+        Path(dest).write_bytes((source / relative).read_bytes())
+        return dest
+
+    monkeypatch.setattr(fetch, "download_file", downloader)
+    offline = QuasarTDataModule(data_dir=str(tmp_path / "quasar_t"), download=False)
+    with pytest.raises(FileNotFoundError, match="curtis.ml.cmu.edu/datasets/quasar/quasar-t/"):
+        offline.setup()
+    dm = QuasarTDataModule(data_dir=str(tmp_path / "quasar_t"))
+    dm.setup()
+    assert sorted(urls) == sorted(
+        f"http://curtis.ml.cmu.edu/datasets/quasar/quasar-t/{kind}/{split}_{what}.json.gz"
+        for kind, what in (("questions", "questions"), ("contexts/short", "contexts"))
+        for split in ("train", "dev", "test"))
+    assert dm.datasets["train"].qids == ["q1", "q2"]
