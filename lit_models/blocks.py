@@ -28,7 +28,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from attention import Mechanism, MultiHeadAttention, build
+from attention import Mechanism, MultiHeadAttention
 from attention.softmax import softmax
 
 
@@ -189,15 +189,16 @@ class DecoderLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-    """Embedding, ``n_layers`` encoder layers, final layer norm."""
+    """Embedding, ``n_layers`` encoder layers, final layer norm.  The mechanisms given
+    here and to :class:`Decoder` are built (the LightningModule builds each flag once)."""
 
-    def __init__(self, vocab_size: int, n_layers: int, mechanism: Mechanism | str,
+    def __init__(self, vocab_size: int, n_layers: int, mechanism: Mechanism,
                  attention_layers: int | None, config: TransformerConfig):
         super().__init__()
         self.embed = Embedding(vocab_size, config)
         self.layers = nn.ModuleList(
             EncoderLayer(config, m)
-            for m in layer_mechanisms(build(mechanism), n_layers, attention_layers))
+            for m in layer_mechanisms(mechanism, n_layers, attention_layers))
         self.norm = final_norm(config)
 
     def forward(self, ids: Tensor, mask: Tensor, need_weights: bool = False):
@@ -214,13 +215,13 @@ class Decoder(nn.Module):
     ``cross_mechanism`` is given), final layer norm and the output projection (tied to
     the embedding when ``tie_output``)."""
 
-    def __init__(self, vocab_size: int, n_layers: int, self_mechanism: Mechanism | str,
-                 cross_mechanism: Mechanism | str | None, attention_layers: int | None,
+    def __init__(self, vocab_size: int, n_layers: int, self_mechanism: Mechanism,
+                 cross_mechanism: Mechanism | None, attention_layers: int | None,
                  config: TransformerConfig, tie_output: bool = True):
         super().__init__()
         self.embed = Embedding(vocab_size, config)
-        selfs = layer_mechanisms(build(self_mechanism), n_layers, attention_layers)
-        crosses = (layer_mechanisms(build(cross_mechanism), n_layers, attention_layers)
+        selfs = layer_mechanisms(self_mechanism, n_layers, attention_layers)
+        crosses = (layer_mechanisms(cross_mechanism, n_layers, attention_layers)
                    if cross_mechanism is not None else [None] * n_layers)
         self.layers = nn.ModuleList(DecoderLayer(config, s, c) for s, c in zip(selfs, crosses))
         self.norm = final_norm(config)
