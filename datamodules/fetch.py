@@ -25,9 +25,10 @@ there, the one its DataModule reads by default (``snli``, ``aclImdb``, ``iwslt15
 Command::
 
     python -m datamodules.fetch <dataset|all> [...] [--data_dir DIR]   # download and unpack
-    python -m datamodules.fetch --status [<dataset|all> ...] [--data_dir DIR]
+    python -m datamodules.fetch --status [<dataset|all> ...] [--details] [--data_dir DIR]
 
-The status gives, per dataset and file: ``present`` (sha256 verified), ``unverified`` (present,
+The status of every dataset (no names, or ``all``) is a line counting them by state, then one
+line each; with ``--details``, or for datasets named, it gives per dataset and file: ``present`` (sha256 verified), ``unverified`` (present,
 no sha256 known), ``missing`` or ``corrupt`` (sha256 mismatch); files unpacked from an archive
 or made by hand carry no checksum of their own (``present`` = the file exists).
 
@@ -376,14 +377,20 @@ def ensure(key: str | Dataset, target: str | os.PathLike, wanted: Iterable[str |
         if i is not None and download:
             plan.setdefault(i, []).append(path)
     get = downloader or download_file
-    for i, paths in plan.items():
-        try:
-            _fetch_one(entry, downloads[i], target, paths, get, progress)
-        except DownloadError as err:
-            if all(p in optional for p in paths):  # a test split: read only when there
-                print(f"warning: {err}", file=sys.stderr, flush=True)
-                continue
-            raise
+    created = _first_missing(target)
+    try:
+        for i, paths in plan.items():
+            try:
+                _fetch_one(entry, downloads[i], target, paths, get, progress)
+            except DownloadError as err:
+                if all(p in optional for p in paths):  # a test split: read only when there
+                    print(f"warning: {err}", file=sys.stderr, flush=True)
+                    continue
+                raise
+    except BaseException:
+        _remove_if_left_empty(created)
+        raise
+    _remove_if_left_empty(created)  # every download failed was optional: nothing came
     still = [p for p in wanted if not p.exists()]
     if strict and still:
         names = ", ".join(map(str, still[:3])) + (f" and {len(still) - 3} more"
@@ -396,6 +403,32 @@ def ensure(key: str | Dataset, target: str | os.PathLike, wanted: Iterable[str |
                 d.url for d in downloads))
         raise FileNotFoundError(f"{key}: {names} not found; {how}")
     return still + [p for p in optional if not p.exists()]
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The highest folder of ``folder``'s path that does not exist yet (what a download into
+    it creates), or None when ``folder`` exists."""
+    folder = folder.absolute()
+    if folder.exists():
+        return None
+    while not folder.parent.exists():
+        folder = folder.parent
+    return folder
+
+
+def _remove_if_left_empty(folder: Path | None) -> None:
+    """Remove ``folder`` (made by a download that failed) when it holds nothing but lock
+    files and empty partial files: a failed download leaves no empty dataset folder behind.
+    A partial file with bytes in it stays (the next download resumes it)."""
+    if folder is None or not folder.is_dir():
+        return
+    for path in folder.rglob("*"):
+        if path.is_dir():
+            continue
+        lock = path.name.startswith(".") and path.name.endswith(".lock")
+        if not lock and not (path.name.endswith(".part") and path.stat().st_size == 0):
+            return
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _provider(entry: Dataset, target: Path, path: Path) -> int | None:
@@ -511,6 +544,45 @@ def dataset_state(entry: Dataset, files: list[FileStatus]) -> str:
     return ("incomplete" if missing else "corrupt") + f" ({', '.join(words)})"
 
 
+#: how the summary of ``--status`` counts a dataset, in the order it lists them
+SUMMARY_STATES = ("complete", "incomplete", "missing", "corrupt", "by hand")
+
+
+def summary_state(entry: Dataset, files: list[FileStatus]) -> str:
+    """A dataset in one word of :data:`SUMMARY_STATES`: ``missing`` when none of its data
+    files is there, ``by hand`` when it has no download and a file is missing."""
+    state = dataset_state(entry, files)
+    if state == "nothing to download":
+        return "complete" if all(f.state != "missing" for f in files) else "by hand"
+    if state.startswith("incomplete"):
+        needed = [f for f in files if f.kind != "archive"]
+        if all(f.state == "missing" for f in needed):
+            return "by hand" if not entry.downloads else "missing"
+    return state.split(" ", 1)[0]
+
+
+def format_summary(keys: Sequence[str], root: Path) -> tuple[str, bool]:
+    """``--status``: one line counting the datasets ``keys`` by state, then one line each
+    (incomplete and corrupt ones with :func:`dataset_state`'s counts), and how to see every
+    file."""
+    states = {}
+    for key in keys:
+        entry = DATASETS[key]
+        files = file_status(entry, root)
+        states[key] = (summary_state(entry, files), dataset_state(entry, files))
+    counts = {s: sum(word == s for word, _ in states.values()) for s in SUMMARY_STATES}
+    lines = [f"{len(keys)} dataset{'s' * (len(keys) != 1)} under {root}: "
+             + ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
+    width = max(map(len, keys))
+    for key, (word, state) in states.items():
+        detail = state.partition(" ")[2] if word in ("incomplete", "corrupt") else ""
+        lines.append(f"  {key:<{width}}  {word}{f' {detail}' if detail else ''}")
+    lines.append("every file (present / unverified / missing / corrupt, and where to get it): "
+                 "python -m datamodules.fetch --status --details [<dataset> ...]")
+    complete = all(word == "complete" for word, _ in states.values())
+    return "\n".join(lines) + "\n", complete
+
+
 def format_status(keys: Sequence[str], root: Path) -> tuple[str, bool]:
     """The status report of datasets ``keys`` and whether they are all complete."""
     lines = [f"data root: {root}  (--data_dir, else $ATTNREPRO_DATA, else ../shared/data)",
@@ -584,15 +656,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("datasets", nargs="*", metavar="dataset",
                         help="registry names, or 'all' (with --status: default all)")
     parser.add_argument("--status", action="store_true",
-                        help="report per dataset and file: present / unverified / missing / "
-                             "corrupt (exit status 1 unless all are complete)")
+                        help="one line per dataset (complete / incomplete / missing / corrupt "
+                             "/ by hand) after a line counting them; with --details or named "
+                             "datasets, every file: present / unverified / missing / corrupt "
+                             "(exit status 1 unless all are complete)")
+    parser.add_argument("--details", action="store_true",
+                        help="with --status: every file of every dataset")
     parser.add_argument("--data_dir", default=None,
                         help="the data root (default: $ATTNREPRO_DATA, else ../shared/data)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     root = data_root(args.data_dir)
     if args.status:
-        text, complete = format_status(_keys(args.datasets, parser), root)
+        keys = _keys(args.datasets, parser)
+        named = args.datasets and "all" not in args.datasets
+        text, complete = (format_status if args.details or named else format_summary)(keys, root)
         sys.stdout.write(text)
         return 0 if complete else 1
     if not args.datasets:

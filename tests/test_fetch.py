@@ -297,7 +297,8 @@ def test_offline_is_one_line_naming_dataset_url_and_path(tmp_path, monkeypatch):
                           text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [f"error: {expected.format(4)}"]  # one line
-    assert not dest.parent.exists() or not any(dest.parent.glob("*.part"))
+    assert not dest.parent.exists()  # a failed download leaves no folder (was: empty folder)
+    assert list(tmp_path.iterdir()) == []
 
     from datamodules.nli import SNLIDataModule  # the same error from prepare_data
 
@@ -339,6 +340,35 @@ def test_status_present_missing_corrupt_unverified(tmp_path, capsys):
     assert "missing    snli_1.0.zip  <- https://nlp.stanford.edu/projects/snli/snli_1.0.zip  " \
            "[not needed: unpacked]" in out
     assert f"folder {snli}: complete" in out and "  present    snli_1.0/snli_1.0_train.jsonl" in out
+
+
+def test_status_of_every_dataset_is_a_summary_first(tmp_path, capsys):
+    """--status (all): a line counting the datasets by state, one line each; --details (or
+    a dataset named) every file."""
+    folder = tmp_path / "iwslt15_en_vi"
+    folder.mkdir()
+    (folder / "tst2012.en").write_bytes(shared("iwslt15_en_vi/tst2012.en").read_bytes())
+    (folder / "tst2012.vi").write_text("not the release\n")  # corrupt
+    (tmp_path / "snli").mkdir()
+    for name in DATASETS["snli"].files:
+        (tmp_path / "snli" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "snli" / name).write_text("{}\n")
+    assert fetch.main(["--status", "--data_dir", str(tmp_path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    words = {key: rest.split(" (")[0] for key, rest in
+             (line.strip().split(maxsplit=1) for line in lines[1:-1])}
+    assert list(words) == list(DATASETS)  # one line per dataset
+    assert words["snli"] == "complete" and words["iwslt15"] == "incomplete"
+    assert words["multinli"] == "missing" and words["dialogue_nli"] == "by hand"
+    assert "  iwslt15          incomplete (6 of 8 missing, 1 corrupt)" in lines
+    counts = {w: list(words.values()).count(w) for w in fetch.SUMMARY_STATES}
+    assert lines[0] == f"{len(DATASETS)} datasets under {tmp_path}: " + ", ".join(
+        f"{n} {w}" for w, n in counts.items() if n)
+    assert lines[-1].endswith("python -m datamodules.fetch --status --details [<dataset> ...]")
+    assert fetch.main(["--status", "all", "--details", "--data_dir", str(tmp_path)]) == 1
+    details = capsys.readouterr().out
+    assert f"folder {folder}: incomplete (6 of 8 missing, 1 corrupt)" in details
+    assert "  corrupt    tst2012.vi  <- " in details
 
 
 # ----------------------------------------------------------------------------- more layouts
