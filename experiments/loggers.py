@@ -20,7 +20,7 @@ from pathlib import Path
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from experiments.grid_model import Experiment, Grid, cell_runs, group_name, runs_root
-from experiments.report import summary_table
+from experiments.report import claims_table, summary_table
 
 
 def wandb_project() -> str:
@@ -315,8 +315,9 @@ def log_predictions(trainer, since: float | None = None) -> None:
 
 def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
     """After a grid's cells: when they logged to W&B, one short run in their group, job
-    type ``summary``, with the paper's table (:func:`summary_table`) as ``paper_table`` and
-    the figures of ``report --plot`` as images (:func:`log_grid_plots`).
+    type ``summary``, with the paper's table and its cost columns (:func:`summary_table`) as
+    ``paper_table``, the paired tests of the paper's claims (:func:`claims_table`) as
+    ``claims_table`` and the figures of ``report --plot`` as images (:func:`log_grid_plots`).
     W&B failing to start or to log is one printed line: the grid's runs are done."""
     group = group_name(grid, config)
     root = experiment.grid_folder(grid, config)
@@ -335,8 +336,14 @@ def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
             config={"experiment": experiment.name, "grid": grid.name, "cell": None,
                     "seed": None, "grid_config": config, "title": grid.title},
             settings=wandb_settings(init_timeout=60))
+        tables = {"paper_table": wandb.Table(columns=columns, data=rows,
+                                             allow_mixed_types=True)}
+        if grid.claims:
+            columns, rows = claims_table(experiment, grid, config)
+            tables["claims_table"] = wandb.Table(columns=columns, data=rows,
+                                                 allow_mixed_types=True)
         try:
-            run.log({"paper_table": wandb.Table(columns=columns, data=rows)})
+            run.log(tables)
             log_grid_plots(run, experiment, grid, config)
         finally:
             run.finish()

@@ -82,11 +82,14 @@ def summary_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list
     """(columns, rows) of the paper's table as ``report`` reads it from the CSV logs
     (:func:`collect`, :func:`mean_std`): one row per cell, its name, then per metric label
     the paper's number, our mean, our (sample) std and the number of seeds; None where
-    there is none (std of one seed)."""
+    there is none (std of one seed); then the cost columns ``report`` prints beside them
+    (:func:`cost_values`, as numbers: None where not logged)."""
     results = collect(experiment, grid, config)
+    costs = cost_values(experiment, grid, config)
     columns = ["cell"]
     for label in grid.metrics:
         columns += [f"paper {label}", f"ours {label}", f"ours {label} std", f"ours {label} n"]
+    columns += list(next(iter(costs.values()), {}))
     rows = []
     for cell in grid.cells:
         row = [cell.name]
@@ -94,6 +97,7 @@ def summary_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list
             values = results[cell.name][label]
             mean, std = mean_std(values) if values else (None, None)
             row += [cell.paper.get(label), mean, std if len(values) > 1 else None, len(values)]
+        row += [None if v == "-" else float(v) for v in costs[cell.name].values()]
         rows.append(row)
     return columns, rows
 
@@ -286,6 +290,24 @@ def format_claims(experiment: Experiment, grid: Grid, config: str) -> str:
               "'reversed' = significant the other way."
               + (f" {ONE_SEED_NOTE}" if any(r.one_seed for r in results) else "")]
     return "\n".join(lines)
+
+
+def claims_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list, list]:
+    """(columns, rows) of :func:`format_claims`' table as numbers, one row per claim and
+    metric (:func:`claim_results`): the paper's difference, our baseline and proposal, our
+    difference with its 95% interval, p, the test, the verdict (as printed), seeds and units;
+    a claim without a comparison has None there and its reason as the verdict."""
+    columns = ["claim", "metric", "paper diff", "ours baseline", "ours proposal", "ours diff",
+               "ci low", "ci high", "p", "test", "verdict", "seeds", "units"]
+    rows = []
+    for r in claim_results(experiment, grid, config):
+        c = r.comparison
+        if c is None:
+            rows.append([r.claim, r.label, r.paper_diff, *[None] * 7, r.why, None, None])
+            continue
+        rows.append([r.claim, r.label, r.paper_diff, c.baseline, c.proposal, c.diff, c.low,
+                     c.high, c.p_value, c.test, r.shown_verdict, c.seeds, c.units])
+    return columns, rows
 
 
 def _paired_units(root: Path, baseline: Cell, proposal: Cell, key: str):

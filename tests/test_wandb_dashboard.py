@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from experiments import decomp_snli
 from experiments.grid_model import Cell, Experiment, Grid
 from experiments.loggers import (
     log_grid_summary,
@@ -27,7 +28,10 @@ from experiments.loggers import (
     prediction_files,
     read_predictions,
 )
-from experiments.report import summary_table
+from experiments.report import claim_results, claims_table, cost_values, summary_table
+
+#: the cost columns of report and of the W&B summary's paper_table
+COSTS = ["params (M)", "steps/s", "peak MB", "wall min"]
 from tests.conftest import last_values, run, shared_path
 from tests.wandb_records import config, history, run_info, summary, table
 
@@ -117,7 +121,7 @@ def test_test_predictions_are_a_table(runs):
 
 
 @pytest.mark.slow
-def test_the_grid_logs_the_papers_table_in_its_group(runs):
+def test_the_grid_logs_the_papers_table_in_its_group(runs, monkeypatch):
     assert "W&B summary run logged" in runs.grid_out
     path = wandb_file(runs.group / "summary")
     assert run_info(path)["job_type"] == "summary"
@@ -127,7 +131,8 @@ def test_the_grid_logs_the_papers_table_in_its_group(runs):
     paper = table(path, "paper_table")
     assert paper["columns"] == [
         "cell", "paper Val acc", "ours Val acc", "ours Val acc std", "ours Val acc n",
-        "paper Test acc", "ours Test acc", "ours Test acc std", "ours Test acc n"]
+        "paper Test acc", "ours Test acc", "ours Test acc std", "ours Test acc n",
+        *COSTS]  # the cost columns report prints beside them
     rows = {row[0]: dict(zip(paper["columns"], row)) for row in paper["data"]}
     assert list(rows) == ["vanilla", "intra", "exact", "latent"]  # every row of the table
     for cell in CELLS:
@@ -137,6 +142,23 @@ def test_the_grid_logs_the_papers_table_in_its_group(runs):
         assert rows[cell]["ours Test acc n"] == 1 and rows[cell]["ours Test acc std"] is None
     assert rows["vanilla"]["paper Test acc"] == 86.3
     assert rows["exact"]["ours Test acc"] is None and rows["exact"]["ours Test acc n"] == 0
+    monkeypatch.setenv("ATTNREPRO_RUNS", str(runs.group.parents[1]))
+    experiment = decomp_snli.EXPERIMENT
+    grid = experiment.grid("table1")
+    costs = cost_values(experiment, grid, "smoke")
+    for cell in CELLS:
+        assert [rows[cell][c] for c in COSTS] == [
+            None if v == "-" else pytest.approx(float(v)) for v in costs[cell].values()]
+    assert rows["vanilla"]["steps/s"] > 0
+    claims = table(path, "claims_table")  # report's claims, as numbers
+    assert claims["columns"] == ["claim", "metric", "paper diff", "ours baseline",
+                                 "ours proposal", "ours diff", "ci low", "ci high", "p", "test",
+                                 "verdict", "seeds", "units"]
+    results = claim_results(experiment, grid, "smoke")
+    assert [row[:3] + row[10:11] for row in claims["data"]] == [
+        [r.claim, r.label, pytest.approx(r.paper_diff), r.shown_verdict or r.why]
+        for r in results]
+    assert claims["data"][0][11:] == [1, results[0].comparison.units]  # intra vs vanilla
 
 
 @pytest.mark.slow
@@ -205,11 +227,26 @@ def paper_grid(tmp_path, monkeypatch) -> tuple[Experiment, Grid]:
 
 def test_summary_table_is_the_reports_numbers(tmp_path, monkeypatch):
     experiment, grid = paper_grid(tmp_path, monkeypatch)
+    folder = tmp_path / "x" / "t-smoke"
+    for seed, speed in ((0, 2.0), (1, 3.0)):  # report's cost: the mean over the seeds
+        (folder / f"a-seed{seed}" / "metrics.csv").write_text(
+            f"step,test/acc,train/steps_per_second\n3,{(0.5, 0.7)[seed]},\n4,,{speed}\n")
     columns, rows = summary_table(experiment, grid, "smoke")
-    assert columns == ["cell", "paper Acc", "ours Acc", "ours Acc std", "ours Acc n"]
+    assert columns == ["cell", "paper Acc", "ours Acc", "ours Acc std", "ours Acc n", *COSTS]
     assert rows[0][:3] == ["a", 50.0, pytest.approx(60.0)]
     assert rows[0][3] == pytest.approx(14.142, abs=1e-3) and rows[0][4] == 2
-    assert rows[1] == ["b", None, None, None, 0]
+    assert rows[0][5:] == [None, 2.5, None, None]  # steps/s as report prints it
+    assert rows[1] == ["b", None, None, None, 0, None, None, None, None]
+
+
+def test_claims_table_is_the_reports_claims(tmp_path, monkeypatch):
+    experiment, grid = paper_grid(tmp_path, monkeypatch)
+    grid.claims = [("a", "b")]
+    columns, rows = claims_table(experiment, grid, "smoke")
+    results = claim_results(experiment, grid, "smoke")
+    assert len(rows) == len(results) == 1 and columns[:3] == ["claim", "metric", "paper diff"]
+    assert rows[0][:3] == ["b vs a", "Acc", None]
+    assert rows[0][3:10] == [None] * 7 and rows[0][10] == results[0].why != ""
 
 
 def test_grid_summary_never_fails_the_grid(tmp_path, monkeypatch, capsys):
