@@ -254,7 +254,23 @@ class window(Mechanism):  # noqa: N801 - flag classes are named by their registr
         return WindowDecoder(self, query_dim, memory_dim)
 
 
-class WindowMultiHead(MultiHeadCore):
+def _flag_option(name: str) -> property:
+    return property(lambda core: getattr(core.options, name),
+                    doc=f"The window flag's {name} (held by the flag, read here).")
+
+
+class _FlagOptions:
+    """A window core's options, read from the :class:`window` flag it was built from
+    (``self.options``), where they are held once."""
+
+    options: window
+    variant = _flag_option("variant")
+    segment_size = _flag_option("segment_size")
+    boundary = _flag_option("boundary")
+    boundary_scale = _flag_option("boundary_scale")
+
+
+class WindowMultiHead(_FlagOptions, MultiHeadCore):
     """Self or cross attention; AW local projections and ``authors`` boundaries project the
     un-projected ``query_input``/``key_input``."""
 
@@ -263,8 +279,7 @@ class WindowMultiHead(MultiHeadCore):
 
     def __init__(self, options: window, d_model: int, n_heads: int, dropout: float):
         super().__init__()
-        self.variant, self.segment_size = options.variant, options.segment_size
-        self.boundary, self.boundary_scale = options.boundary, options.boundary_scale
+        self.options = options
         self.dropout = dropout
         d = d_model // n_heads
         self.boundaries = (BoundaryScores("paper", n_heads, d, d) if self.boundary == "paper"
@@ -354,15 +369,14 @@ class WindowMultiHead(MultiHeadCore):
         return out, weights
 
 
-class WindowAlignment(AlignmentCore):
+class WindowAlignment(_FlagOptions, AlignmentCore):
     """A window over b for each a_i and over a for each b_j; global scores e_ij = a_i . b_j
     (unscaled, as the DecompAtt alignment), boundaries and AW local scores unscaled too.  The
     same boundary and local parameters serve both directions."""
 
     def __init__(self, options: window, dim: int):
         super().__init__()
-        self.variant, self.segment_size = options.variant, options.segment_size
-        self.boundary, self.boundary_scale = options.boundary, options.boundary_scale
+        self.options = options
         self.boundaries = (BoundaryScores("paper", 1, dim, dim) if self.boundary == "paper"
                            else BoundaryScores("authors", 1, dim, dim, dim))
         self.local = LocalScores(1, dim, dim, dim) if self.variant == "aw" else None
@@ -392,15 +406,14 @@ class WindowAlignment(AlignmentCore):
                          weights_a, weights_b)
 
 
-class WindowDecoder(DecoderCore):
+class WindowDecoder(_FlagOptions, DecoderCore):
     """An RNN decoder's window over its source memory: global scores q(s_t) . h_j / sqrt(Dm)
     (q = identity or a projection to Dm), boundaries over the source (segments allowed: the
     whole source is known), AW local scores of their own projections."""
 
     def __init__(self, options: window, query_dim: int, memory_dim: int):
         super().__init__()
-        self.variant, self.segment_size = options.variant, options.segment_size
-        self.boundary, self.boundary_scale = options.boundary, options.boundary_scale
+        self.options = options
         self.query_proj = query_projection(query_dim, memory_dim)
         self.boundaries = (BoundaryScores("paper", 1, query_dim, memory_dim)
                            if self.boundary == "paper"
