@@ -28,9 +28,10 @@ Command::
     python -m datamodules.fetch --status [<dataset|all> ...] [--details] [--data_dir DIR]
 
 The status of every dataset (no names, or ``all``) is a line counting them by state, then one
-line each; with ``--details``, or for datasets named, it gives per dataset and file: ``present`` (sha256 verified), ``unverified`` (present,
-no sha256 known), ``missing`` or ``corrupt`` (sha256 mismatch); files unpacked from an archive
-or made by hand carry no checksum of their own (``present`` = the file exists).
+line each; with ``--details``, or for datasets named, it gives per dataset and file:
+``present`` (sha256 verified), ``unverified`` (present, no sha256 known), ``missing`` or
+``corrupt`` (sha256 mismatch); files unpacked from an archive or made by hand carry no
+checksum of their own (``present`` = the file exists).
 
 This module imports neither torch nor the DataModules, so the command starts fast; the
 DataModules import it.  Experiment code calls :func:`prepare` on a DataModule before

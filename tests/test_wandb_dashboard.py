@@ -29,11 +29,11 @@ from experiments.loggers import (
     read_predictions,
 )
 from experiments.report import claim_results, claims_table, cost_values, summary_table
+from tests.conftest import last_values, run, shared_path
+from tests.wandb_records import config, history, run_info, summary, table
 
 #: the cost columns of report and of the W&B summary's paper_table
 COSTS = ["params (M)", "steps/s", "peak MB", "wall min"]
-from tests.conftest import last_values, run, shared_path
-from tests.wandb_records import config, history, run_info, summary, table
 
 ROOT = Path(__file__).resolve().parents[1]
 DECOMP = ROOT / "experiments" / "decomp_snli.py"
