@@ -398,8 +398,9 @@ def test_debug_shows_the_traceback(runs, monkeypatch):
       "--trainer.min_steps?"]),
     (["--config", "nonexist.yaml"],
      [f"coda_mlu.py fit: error: --config: no such file '{ROOT / 'nonexist.yaml'}'; the "
-      "configs of coda_mlu: curve, demo, paper, smoke (experiments/configs/coda_mlu/"
-      "<config>.yaml, and a dataset of a multi-dataset config: <config>/<dataset>.yaml)"]),
+      "configs of coda_mlu: curve, demo, paper, smoke, study, table6_100k "
+      "(experiments/configs/coda_mlu/<config>.yaml, and a dataset of a multi-dataset config: "
+      "<config>/<dataset>.yaml)"]),
     (["--model.attention", "coda", "--model.attention.gate", "bogus"],  # a Union's Literal
      ["coda_mlu.py fit: error: --model.attention.gate: 'bogus' is not one of plain, "
       "centered, scaled"]),
