@@ -6,6 +6,7 @@ text Moses-tokenized once into the cache, one joint BPE of both languages; the r
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import re
@@ -227,6 +228,13 @@ class WMTDataModule(TranslationDataModule):
         return bpe, bpe
 
 
+def shared_arguments(values: dict[str, Any]) -> dict[str, Any]:
+    """Of a subclass's ``__init__`` locals, the arguments of :class:`WMTDataModule` (by
+    name): WMT'14 and WMT'16 pass them on without naming each twice."""
+    names = inspect.signature(WMTDataModule.__init__).parameters
+    return {name: values[name] for name in names if name not in ("self", "kwargs")}
+
+
 # ---------------------------------------------------------------------------------------
 # WMT'14 En-De / En-Fr
 
@@ -277,12 +285,7 @@ class WMT14DataModule(WMTDataModule):
                  test_target_file: str = "newstest2014-{pair}-ref.{tgt}.sgm",
                  bpe_vocab_size: int = 32768, split_test_for_training: int | None = None,
                  max_len: int | None = 250, max_ratio: float | None = 1.5, **kwargs: Any):
-        super().__init__(data_dir, source, target, train_prefix=train_prefix,
-                         val_source_file=val_source_file, val_target_file=val_target_file,
-                         test_source_file=test_source_file, test_target_file=test_target_file,
-                         bpe_vocab_size=bpe_vocab_size,
-                         split_test_for_training=split_test_for_training, max_len=max_len,
-                         max_ratio=max_ratio, **kwargs)
+        super().__init__(**shared_arguments(locals()), **kwargs)
         self.bleu = "tokenized+compound_split" if target == "de" else "tokenized"
 
     def pair_name(self) -> str:
@@ -389,12 +392,7 @@ class WMT16EnRoDataModule(WMTDataModule):
                  max_len: int | None = 80, max_ratio: float | None = 9.0, **kwargs: Any):
         check_sizes(type(self).__name__, bpe_merges=bpe_merges)
         prepare_romanian("", romanian)  # checks the name
-        super().__init__(data_dir, source, target, train_prefix=train_prefix,
-                         val_source_file=val_source_file, val_target_file=val_target_file,
-                         test_source_file=test_source_file, test_target_file=test_target_file,
-                         bpe_vocab_size=bpe_vocab_size,
-                         split_test_for_training=split_test_for_training, max_len=max_len,
-                         max_ratio=max_ratio, **kwargs)
+        super().__init__(**shared_arguments(locals()), **kwargs)
         self.bpe_merges, self.romanian = bpe_merges, romanian
 
     def prepare(self, text: str, lang: str) -> str:
