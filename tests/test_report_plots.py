@@ -152,7 +152,7 @@ def test_every_grid_has_a_learning_curve_metric():
     """--curve and --plot for every grid of every experiment script: the grid's curve, else
     its first metric's validation counterpart (val/loss for a grid of costs)."""
     scripts = sorted(p.stem for p in (ROOT / "experiments").glob("*.py")
-                     if "EXPERIMENT = Experiment(" in p.read_text())
+                     if "\nEXPERIMENT = Experiment(" in p.read_text())
     assert len(scripts) >= 12
     for name in scripts:
         for grid in importlib.import_module(f"experiments.{name}").EXPERIMENT.grids.values():
