@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from experiments import coda_mlu
-from experiments.launch import _run_lock
+from experiments.grid_model import run_lock
 from tests.conftest import start
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ def test_a_second_grid_leaves_a_running_cell_alone(tmp_path, monkeypatch, capsys
     run: a cell and seed another grid is running is not touched, and the grid says so."""
     monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path))
     folder = tmp_path / "coda_mlu" / "table6-smoke"
-    held = _run_lock(folder, "transformer-seed0")  # the first grid runs it
+    held = run_lock(folder, "transformer-seed0")  # the first grid runs it
     try:
         with pytest.raises(SystemExit, match="1 run\\(s\\) failed"):
             coda_mlu.EXPERIMENT.main(["grid", "table6", "--smoke", "--cells", "transformer"])
@@ -32,16 +32,20 @@ def test_a_second_grid_leaves_a_running_cell_alone(tmp_path, monkeypatch, capsys
         assert not (folder / "transformer-seed0").exists()  # nothing overwritten
     finally:
         held.close()
-    assert _run_lock(folder, "transformer-seed0") is not None  # free once the first is done
+    assert run_lock(folder, "transformer-seed0") is not None  # free once the first is done
 
 
-def cell_pids(name: str) -> list[int]:
-    """Processes whose command line names the run ``name``."""
+def cell_pids(name: str, env: dict) -> list[int]:
+    """Processes whose command line names the run ``name`` and whose runs folder is the one
+    of ``env`` (this test's: another test or a user's grid may run a cell of that name at
+    the same moment)."""
+    runs = f"ATTNREPRO_RUNS={env['ATTNREPRO_RUNS']}".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if f"--run.name={name}".encode() in (entry / "cmdline").read_bytes():
+                if (f"--run.name={name}".encode() in (entry / "cmdline").read_bytes()
+                        and runs in (entry / "environ").read_bytes().split(b"\0")):
                     pids.append(int(entry.name))
             except OSError:
                 continue
@@ -54,7 +58,7 @@ def test_stopping_a_grid_stops_its_cells(env, tmp_path):
                  ["grid", "table6", "--smoke", "--cells", "transformer", "--",
                   "--trainer.max_steps", "100000", "--run.wandb", "false"], env)
     deadline = time.time() + 120
-    while not cell_pids("transformer-seed0"):
+    while not cell_pids("transformer-seed0", env):
         assert time.time() < deadline and grid.poll() is None, "the cell never started"
         time.sleep(0.5)
     time.sleep(3)  # the cell is training
@@ -65,6 +69,6 @@ def test_stopping_a_grid_stops_its_cells(env, tmp_path):
                                     "(rerun with --skip-done to keep the finished ones and "
                                     "resume these from their last checkpoint)")
     deadline = time.time() + 20
-    while cell_pids("transformer-seed0") and time.time() < deadline:
+    while cell_pids("transformer-seed0", env) and time.time() < deadline:
         time.sleep(0.5)
-    assert not cell_pids("transformer-seed0")  # no orphan left
+    assert not cell_pids("transformer-seed0", env)  # no orphan left
