@@ -5,7 +5,7 @@
                       [-- overrides]
     <name>.py cell <grid> --cell NAME --seed N [--config NAME]
     <name>.py sweep <grid> [--config NAME] [--seeds N] [--output PATH]
-    <name>.py report [<grid>] [--config NAME]
+    <name>.py report [<grid>] [--config NAME] [--curve] [--plot [--out DIR]]
 
 (``<name>.py`` is ``python experiments/<name>.py``; configs are paper.yaml, smoke.yaml, ...;
 ``<name>.py --help`` lists the commands, the grids and the configs.)
@@ -16,7 +16,10 @@ each a list of CLI overrides; ``grid`` runs every cell and seed locally, each as
 sweep agent calls); ``sweep`` writes the W&B sweep YAML for the grid (into
 ``runs/<experiment>/sweeps/``, never among the configs); ``report`` prints the
 paper's table with the paper's numbers beside ours (mean +- std over seeds), read from the
-CSV logs, so it works without W&B.
+CSV logs, so it works without W&B; ``--curve`` adds the validation learning curves and
+``--plot`` writes them, paper vs ours and the claims as PNGs (experiments/plots.py) into
+``runs/<experiment>/<grid>-<config>/plots/`` or ``--out DIR``.  ``python -m
+experiments.claims`` gathers every grid's claims into results/CLAIMS.md.
 
 After ``fit``, ``--run.test_after_fit true`` tests the final weights, or with
 ``--run.average_last N`` the average of the run's last N step checkpoints
@@ -35,7 +38,8 @@ experiments.loggers.metric_summary) and the last of each test metric; a test tha
 per-example predictions (``predictions-test*.jsonl``, ``hypotheses-test.jsonl``) logs them as
 the table ``test/predictions[_<split>]``.  After its cells, ``grid`` logs one more run to the
 group, job type ``summary``: the paper's table (``paper_table``: per cell the paper's number,
-our mean, std and number of seeds, as ``report`` computes them).
+our mean, std and number of seeds, as ``report`` computes them) and ``report --plot``'s
+figures as the images ``plots/<figure>``.
 """
 
 from __future__ import annotations
