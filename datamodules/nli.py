@@ -462,7 +462,7 @@ class NLIDataModule(L.LightningDataModule):
                 raise ValueError(f"{type(self).__name__} needs data_dir (--data.data_dir): the "
                                  f"folder with {self.name} files. {self._how_to_get()}")
             data_dir = str(default)
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).absolute()  # messages name the file wherever run from
         self.batch_size, self.tokenizer, self.lowercase = batch_size, tokenizer, lowercase
         self.max_train_examples, self.min_freq = max_train_examples, min_freq
         self.num_workers, self.seed = num_workers, seed

@@ -386,8 +386,8 @@ class TextDataModule(L.LightningDataModule):
     folder inside it) and implement :meth:`read_examples` (the split's words and labels, in
     file order, raising DataFormatError for malformed input) and :meth:`split_files`.
 
-    ``data_dir`` None: ``shared_data_dir()/shared_subdir`` when it exists, else the folder the
-    official archive unpacks to under ``cache_dir()``.  ``prepare_data`` downloads the archive
+    ``data_dir`` None: ``shared_data_dir()/shared_subdir``, the dataset's folder of the data
+    root (``$ATTNREPRO_DATA``, default ../shared/data).  ``prepare_data`` downloads the archive
     into ``data_dir`` when configured files are missing (datamodules.fetch; ``download`` False:
     never), or says where to put it when there is no network.  The tokenizer is built from
     the training split (after ``lowercase`` and ``max_train_examples``) on first use of
@@ -417,7 +417,9 @@ class TextDataModule(L.LightningDataModule):
                     max_train_examples=max_train_examples)
         check_sizes(owner, least=len(SPECIALS) + 1, bpe_vocab_size=bpe_vocab_size)
         check_sizes(owner, least=0, num_workers=num_workers)
-        self.data_dir = Path(data_dir) if data_dir is not None else self.default_data_dir()
+        # absolute: messages name the file wherever the run started
+        self.data_dir = (Path(data_dir) if data_dir is not None
+                         else self.default_data_dir()).absolute()
         self.tokenization, self.bpe_vocab_size = tokenization, bpe_vocab_size
         self.min_freq, self.max_vocab_size, self.lowercase = min_freq, max_vocab_size, lowercase
         self.batch_size, self.max_len = batch_size, max_len
@@ -431,10 +433,10 @@ class TextDataModule(L.LightningDataModule):
     # ---- where the files are
 
     def default_data_dir(self) -> Path:
-        shared = shared_data_dir() / self.shared_subdir
-        if self.shared_subdir and shared.exists():
-            return shared
-        return self._download_dir()
+        """The dataset's folder of the data root (``shared_subdir``, where ``python -m
+        datamodules.fetch`` puts it), whether it is there yet or not: a download goes there,
+        never into the project."""
+        return shared_data_dir() / (self.shared_subdir or self.name)
 
     @abstractmethod
     def split_files(self, split: str) -> list[Path]:
@@ -456,13 +458,10 @@ class TextDataModule(L.LightningDataModule):
             if self.archive_url:
                 how = f" The official release is {self.archive_url}" + (
                     " (prepare_data() downloads and unpacks it there)."
-                    if folder == self._download_dir() else ".")
+                    if folder == self.default_data_dir().absolute() else ".")
             raise FileNotFoundError(
                 f"{type(self).__name__} {split} data not found: {names} (present in {folder}: "
                 f"{present or 'nothing'}).{how}")
-
-    def _download_dir(self) -> Path:
-        return cache_dir() / self.name / self.archive_subdir
 
     @prepare_once
     def prepare_data(self) -> None:

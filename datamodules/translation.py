@@ -330,7 +330,8 @@ class TranslationDataModule(L.LightningDataModule):
 
     Args:
         data_dir: the folder of the files (file names may also be absolute paths); None: the
-            dataset's folder of the shared data (``shared_data_dir() / shared_folder``).
+            dataset's folder of the data root (its registry entry's folder, else
+            ``shared_data_dir() / shared_folder``).
         source, target: the direction, one of ``directions``.
         batch_size: pairs per training batch; ``eval_batch_size`` (None: the same) for
             validation and test.
@@ -375,10 +376,11 @@ class TranslationDataModule(L.LightningDataModule):
             raise ValueError(f"max_ratio must be at least 1 or None, got {max_ratio}")
         if truncate_long and not max_len:
             raise ValueError("truncate_long needs a max_len")
-        if data_dir is None:
-            data_dir = str(shared_data_dir() / self.shared_folder)
-        self.data_dir = Path(data_dir)
         self.source, self.target = source, target
+        if data_dir is None:  # the dataset's folder of the data root (WMT'14: per language pair)
+            entry = dataset_of(self)
+            data_dir = shared_data_dir() / (entry.folder if entry else self.shared_folder)
+        self.data_dir = Path(data_dir).absolute()  # messages name the file wherever run from
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.max_len, self.max_ratio, self.truncate_long = max_len or None, max_ratio, truncate_long
         self.train_size, self.num_workers, self.seed = train_size, num_workers, seed

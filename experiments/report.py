@@ -64,9 +64,59 @@ def seed_values(root: Path, cell: Cell, grid: Grid) -> dict[str, list[float]]:
     return values
 
 
+#: keys of a run's resolved config (``config.yaml``) that differ between the seeds of a cell
+#: by design: the seed, the run's name, the checkpoint a resumed run started from
+PER_SEED_KEYS = ("seed_everything", "run.name", "ckpt_path")
+
+
+class MixedRunsError(ValueError):
+    """The runs of one cell were made with different settings: their numbers are not averaged."""
+
+
+def _flat(node, prefix: str = "") -> dict[str, object]:
+    if not isinstance(node, dict):
+        return {prefix: node}
+    out: dict[str, object] = {}
+    for key, value in node.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def settings_differences(run_dirs: list[Path]) -> dict[str, dict[str, object]]:
+    """key -> run folder name -> value, for each key of the runs' resolved configs
+    (``config.yaml``, written by LightningCLI) whose value is not the same in all of them,
+    :data:`PER_SEED_KEYS` aside; runs without a config.yaml are left out."""
+    configs = {}
+    for run_dir in run_dirs:
+        path = run_dir / "config.yaml"
+        if path.exists():
+            configs[run_dir.name] = _flat(yaml.safe_load(path.read_text()) or {})
+    keys = sorted({k for c in configs.values() for k in c} - set(PER_SEED_KEYS))
+    return {key: {name: c.get(key) for name, c in configs.items()} for key in keys
+            if len({repr(c.get(key)) for c in configs.values()}) > 1}
+
+
+def check_same_settings(root: Path, grid: Grid) -> None:
+    """Raise :class:`MixedRunsError` naming the cell, the differing keys and each run's value
+    when the finished runs of one of ``grid``'s cells under ``root`` differ in a setting."""
+    for cell in grid.cells:
+        runs = [d for d in cell_runs(root, cell) if (d / "metrics.csv").exists()]
+        differences = settings_differences(runs)
+        if differences:
+            shown = "; ".join(f"{key}: " + ", ".join(f"{name} {value!r}" for name, value
+                                                      in values.items())
+                              for key, values in list(differences.items())[:3])
+            more = f" and {len(differences) - 3} more keys" if len(differences) > 3 else ""
+            raise MixedRunsError(
+                f"the runs of cell {cell.name} in {root} differ in {shown}{more}: not averaged; "
+                "move the odd one's folder away, or rerun it with the others' settings")
+
+
 def collect(experiment: Experiment, grid: Grid, config: str) -> dict[str, dict[str, list[float]]]:
-    """cell -> metric label -> values over the seeds found in the CSV logs."""
+    """cell -> metric label -> values over the seeds found in the CSV logs (refused with
+    :class:`MixedRunsError` when a cell's runs differ in a setting)."""
     root = experiment.grid_folder(grid, config)
+    check_same_settings(root, grid)
     return {cell.name: {label: [v * grid.scale_of(label) for v in values]
                         for label, values in seed_values(root, cell, grid).items()}
             for cell in grid.cells}
@@ -492,7 +542,10 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
         if missing:
             parts.append(missing)
             continue
-        parts.append(format_report(experiment, g, config))
+        try:
+            parts.append(format_report(experiment, g, config))
+        except MixedRunsError as err:
+            raise SystemExit(f"{experiment.name}.py report {g.name}: {err}") from None
         if args.curve:
             parts.append(format_curves(experiment, g, config))
         if args.plot:

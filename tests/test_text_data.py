@@ -437,7 +437,7 @@ def test_prepare_data_unpacks_the_official_archive(tmp_path, monkeypatch):
     monkeypatch.setattr("datamodules.fetch.download_file", fake_fetch)
     monkeypatch.setenv("ATTNREPRO_DATA", str(tmp_path / "no-shared-data"))
     dm = IMDbDataModule(tokenization="word", val_fraction=0.0)
-    assert dm.data_dir == tmp_path / "cache" / "imdb" / "aclImdb"
+    assert dm.data_dir == tmp_path / "no-shared-data" / "aclImdb"  # the data root, not the cache
     with pytest.raises(FileNotFoundError, match="aclImdb_v1.tar.gz"):
         dm.setup("fit")
     dm.prepare_data()
@@ -459,7 +459,7 @@ def test_prepare_data_unpacks_a_zip_and_refuses_members_outside(tmp_path, monkey
     monkeypatch.setenv("ATTNREPRO_DATA", str(tmp_path / "no-shared-data"))
     dm = SSTDataModule(granularity="fine")
     dm.prepare_data()
-    assert dm.data_dir == tmp_path / "cache" / "sst" / "trees"
+    assert dm.data_dir == tmp_path / "no-shared-data" / "sst_ptb"  # the data root, not the cache
     dm.setup()
     assert dm.stats["examples"] == {"train": 2, "val": 1, "test": 1}
     assert next(iter(dm.test_dataloader()))["label"].tolist() == [4]

@@ -6,6 +6,7 @@ Everything runs in-process through ``Experiment.main``; nothing trains."""
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,151 @@ def test_fit_without_a_config_names_the_configs(runs, script):
     for config in exp.configs():
         assert config in message
     assert not runs.exists()  # nothing trained on the constructors' defaults
+
+
+def paper_cells() -> list[tuple[str, str, str]]:
+    """(script, grid, cell): per script, the first cell of each dataset config its grids
+    merge (one cell when it has none), so every paper config file is parsed once."""
+    out = []
+    for script in SCRIPTS:
+        exp = experiment(script)
+        seen = set()
+        for grid in exp.grids.values():
+            for cell in grid.cells:
+                datasets = tuple(a for a in cell.args if a.startswith("--config="))
+                if datasets not in seen:
+                    seen.add(datasets)
+                    out.append((script, grid.name, cell.name))
+    return out
+
+
+PAPER_CELLS = paper_cells()
+
+
+@pytest.mark.slow  # one --print_config a dataset config: about 1 s each
+@pytest.mark.parametrize("script,grid,cell", PAPER_CELLS, ids=["-".join(c) for c in PAPER_CELLS])
+def test_paper_config_data_paths_are_under_the_data_root(tmp_path, monkeypatch, capsys,
+                                                         script, grid, cell):
+    """Every paper config reads its data under the data root ($ATTNREPRO_DATA): a data_dir it
+    sets, a vectors file it names (relative: under the root), and the DataModule's default
+    folder when it sets none (dwin_mt, qadm_mt and coda_text2code named data/<name> of the
+    working directory)."""
+    import sys
+
+    import yaml
+
+    from experiments.cli import run_cli
+    from experiments.launch import cell_command
+
+    root = tmp_path / "data"
+    monkeypatch.setenv("ATTNREPRO_DATA", str(root))
+    monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
+    exp = experiment(script)
+    g = exp.grid(grid)
+    argv = cell_command(exp, g, g.cell(cell), 0, "paper")[2:]
+    monkeypatch.setattr(sys, "argv", argv[:1])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        run_cli(exp, argv + ["--print_config"])
+    assert done.value.code in (0, None)
+    data = yaml.safe_load(capsys.readouterr().out)["data"]
+    init = data.get("init_args", data) if isinstance(data, dict) else {}
+    data_dir, vectors = init.get("data_dir"), init.get("vectors")
+    if data_dir is not None:
+        assert Path(data_dir).is_absolute() and root in Path(data_dir).parents, data_dir
+    if vectors is not None:
+        assert not Path(vectors).is_absolute() or root in Path(vectors).parents, vectors
+    if data_dir is None:  # the DataModule's default: a folder of the root
+        import importlib as il
+
+        module, _, name = (data.get("class_path") or
+                           f"{exp.datamodule_class.__module__}."
+                           f"{exp.datamodule_class.__qualname__}").rpartition(".")
+        cls = getattr(il.import_module(module), name)
+        default = _default_folder(cls, init)
+        if default is not None:
+            assert root in default.parents, (cls.__name__, default)
+
+
+def _default_folder(cls, init: dict) -> Path | None:
+    """The folder a DataModule of ``cls`` reads without data_dir: built with the config's
+    arguments (None when it cannot be built here, e.g. it needs files to exist)."""
+    kwargs = {k: v for k, v in init.items() if k in ("source", "target", "granularity")}
+    try:
+        return getattr(cls(**kwargs), "data_dir", None)  # MLU: generated, no folder
+    except (ValueError, FileNotFoundError, TypeError):
+        return None
+
+
+# -- progress -----------------------------------------------------------------------------------
+def test_progress_lines_every_n_steps_and_at_each_validation():
+    """ProgressLines on a tiny model: a line at steps 2, 4, 6 (step, loss, steps/s, ETA) and
+    one per validation with its metrics; none during the sanity check."""
+    import io
+
+    import lightning as L
+    import torch
+
+    from experiments.progress import ProgressLines, duration, shows_bar
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, _):
+            loss = self.w(batch[0]).pow(2).mean()
+            self.log("train/loss", loss)
+            return loss
+
+        def validation_step(self, batch, _):
+            self.log("val/loss", self.w(batch[0]).pow(2).mean())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(12, 2)),
+                                       batch_size=2)
+    out = io.StringIO()
+    trainer = L.Trainer(max_steps=6, val_check_interval=3, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[ProgressLines(2, stream=out)])
+    trainer.fit(Tiny(), data, data)
+    lines = out.getvalue().splitlines()
+    steps = [line for line in lines if line.startswith("step ")]
+    assert [line.split()[1] for line in steps] == ["2/6", "4/6", "6/6"]
+    for line in steps:
+        assert re.fullmatch(r"step \d/6  loss \d+\.\d{4}  \d+\.\d{2} steps/s  ETA \d+s", line)
+    validations = [line for line in lines if line.startswith("validation")]
+    assert len(validations) == 2  # steps 3 and 6 (no line for the sanity check)
+    assert re.fullmatch(r"validation at step 3: val/loss \d+\.\d{4}", validations[0])
+    assert duration(3725) == "1h02m" and duration(592) == "9m52s" and duration(41) == "41s"
+    assert shows_bar(None, io.StringIO()) is False and shows_bar(True, io.StringIO()) is True
+    with pytest.raises(ValueError):
+        ProgressLines(0)
+
+
+# -- report never mixes settings ----------------------------------------------------------------
+def test_report_refuses_to_average_runs_with_different_settings(runs, capsys):
+    """Two seeds of one cell: averaged when only the seed and the run name differ; refused
+    in one line naming the key and each run's value when a setting differs (a cell rerun
+    with -- --trainer.max_steps 4 beside the grid's run)."""
+    folder = runs / "decomp_snli" / "table1-smoke"
+    for seed, acc in ((0, 0.5), (1, 0.7)):
+        run_dir = folder / f"intra-seed{seed}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.csv").write_text(f"step,val/acc,test/acc\n3,{acc},{acc}\n")
+        (run_dir / "config.yaml").write_text(
+            f"seed_everything: {seed}\ntrainer:\n  max_steps: 200\n"
+            f"run:\n  name: intra-seed{seed}\n  group: table1-smoke\n")
+    experiment("decomp_snli").main(["report", "table1", "--smoke"])
+    assert "| intra | 62.06 | 60.00 ± 14.14 (n=2) |" in capsys.readouterr().out
+    (folder / "intra-seed1" / "config.yaml").write_text(
+        "seed_everything: 1\ntrainer:\n  max_steps: 4\nrun:\n  name: intra-seed1\n"
+        "  group: table1-smoke\n")
+    with pytest.raises(SystemExit) as done:
+        experiment("decomp_snli").main(["report", "table1", "--smoke"])
+    assert done.value.code == (
+        f"decomp_snli.py report table1: the runs of cell intra in {folder} differ in "
+        "trainer.max_steps: intra-seed0 200, intra-seed1 4: not averaged; move the odd one's "
+        "folder away, or rerun it with the others' settings")
