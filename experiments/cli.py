@@ -11,11 +11,15 @@ import os
 import sys
 import time
 import warnings
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.plugins.io import CheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from experiments.checkpoints import AtomicCheckpointIO, checkpoint_problem
 from experiments.command_line import CLI_COMMANDS, CommandLine
 from experiments.errors import (
     ConfigError,
@@ -28,7 +32,7 @@ from experiments.errors import (
     debug,
     unwrapped,
 )
-from experiments.grid_model import Experiment
+from experiments.grid_model import Experiment, RunFolderBusy, claim_run, runs_root
 from experiments.loggers import finish_wandb, log_predictions, make_loggers
 from experiments.preflight import missing_dataset_message
 from lit_models.base import NonFiniteLossError
@@ -91,6 +95,11 @@ def run_cli(experiment: Experiment, argv: list[str] | None, line: CommandLine | 
         if debug():
             raise
         raise SystemExit(f"{experiment.name}.py: {err}") from err
+    except SIGTERMException:
+        # Lightning stops at the end of the batch on SIGTERM with SystemExit(), status 0: a
+        # stopped run must not pass for a finished one (its grid would report it done)
+        raise SystemExit(f"{experiment.name}.py: stopped by SIGTERM before the end; its latest "
+                         "checkpoint resumes it (grid --skip-done, or fit --ckpt_path)") from None
 
 
 class CompactParser(LightningArgumentParser):
@@ -133,6 +142,18 @@ class ExperimentCLI(LightningCLI):
     def subcommands() -> dict[str, set[str]]:
         # no model of the suite implements prediction: test writes what a run predicts
         return {k: v for k, v in LightningCLI.subcommands().items() if k in CLI_COMMANDS}
+
+    def _parse_ckpt_path(self):
+        # LightningCLI reads --ckpt_path's hyper-parameters right after parsing (Lightning
+        # 2.6): a checkpoint that is not whole (a copy cut short) is one line before that
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            problem = checkpoint_problem(ckpt_path)
+            if problem is not None:
+                raise SystemExit(f"{self.experiment.name}.py: --ckpt_path {ckpt_path}: not a "
+                                 f"whole checkpoint ({problem})")
+        super()._parse_ckpt_path()
 
     def before_instantiate_classes(self):
         # the abstract DataModule (e.g. --data.data_dir without a dataset config)
@@ -178,8 +199,14 @@ class ExperimentCLI(LightningCLI):
         run = self.config[self.subcommand]["run"]
         trainer_cfg = self._get(self.config_init, "trainer", default={})
         if trainer_cfg.get("logger", True) is not False:
+            claim_run_folder(self.experiment, run)
             kwargs["logger"] = make_loggers(self.experiment, run, self.model,
                                             self.config[self.subcommand], self.subcommand)
+        plugins = trainer_cfg.get("plugins") or []
+        plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        if not any(isinstance(p, CheckpointIO) for p in plugins):
+            # checkpoints written whole or not at all (experiments/checkpoints.py)
+            kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
         return super().instantiate_trainer(**kwargs)
 
     def before_fit(self):
@@ -208,6 +235,22 @@ class ExperimentCLI(LightningCLI):
     def after_test(self):
         log_predictions(self.trainer, since=getattr(self, "test_started", None))
         finish_wandb()
+
+
+def claim_run_folder(experiment: Experiment, run) -> None:
+    """Name the run (``run.name``, a time stamp by default) and lock its folder for this
+    process (experiments.grid_model.claim_run): two runs started in the same second get two
+    folders, and a run folder another process writes is refused in one line.  The first
+    process only (rank 0); the others of a DDP run write no run folder of their own."""
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    if getattr(rank_zero_only, "rank", 0) != 0:
+        return
+    root = runs_root() / experiment.name / run.group
+    try:
+        run.name = claim_run(root, run.name, datetime.now().strftime("%Y%m%d-%H%M%S"))
+    except RunFolderBusy as err:
+        raise SystemExit(f"{experiment.name}.py: {err}") from None
 
 
 def prepared_attribute(name: str, datamodule):

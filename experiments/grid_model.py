@@ -16,6 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 #: how a cell merges a dataset's config of the grid config (:func:`dataset_config`)
@@ -215,3 +216,79 @@ def seed_of(run: Path, cell: Cell) -> int | None:
 def cell_runs(root: Path, cell: Cell) -> list[Path]:
     """The run folders of ``cell``'s seeds under a grid's folder, in name order."""
     return [d for d in sorted(root.glob(f"{cell.name}{SEED}*")) if seed_of(d, cell) is not None]
+
+
+#: the run locks this process holds (group folder, run name) -> open lock file
+_HELD_RUNS: dict[tuple[str, str], IO[str]] = {}
+
+
+def run_lock(root: Path, run: str) -> IO[str] | None:
+    """An exclusive lock on the run folder ``root/run`` (``root/.<run>.lock``, the holder's
+    pid written in it), held until the returned file is closed or the process ends; None when
+    another process holds it.  A grid or ``cell`` holds it while its run goes on, and the run
+    itself (``fit``) takes it when nothing launched it: two processes never write one run
+    folder."""
+    import fcntl
+
+    root.mkdir(parents=True, exist_ok=True)
+    handle = open(root / f".{run}.lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle
+
+
+def lock_holder(root: Path, run: str) -> str:
+    """Who holds the lock of ``root/run``, as its file says (``pid N``; the holder writes it
+    just after locking, so an empty file is read again for a moment)."""
+    import time
+
+    for _ in range(50):
+        try:
+            said = (root / f".{run}.lock").read_text().strip()
+        except OSError:
+            break
+        if said:
+            return said
+        time.sleep(0.01)
+    return "another process"
+
+
+def claim_run(root: Path, name: str | None, stamp: str) -> str:
+    """The name of a run folder under ``root`` that this process alone writes, locked
+    (:func:`run_lock`) until it ends.  ``name`` given: that run, whose lock this process or
+    the grid or ``cell`` that launched it (its parent) may hold; held by any other process
+    it is refused in one line.  ``name`` None: ``stamp`` (a time stamp), or ``<stamp>-2``,
+    ``-3``, ... when runs started in the same second hold or have that name."""
+    if name is not None:
+        if (str(root), name) in _HELD_RUNS:
+            return name
+        handle = run_lock(root, name)
+        if handle is None and lock_holder(root, name) != f"pid {os.getppid()}":
+            raise RunFolderBusy(f"run folder {root / name} is being written by "
+                                f"{lock_holder(root, name)}; wait for it to end or choose "
+                                "another --run.name")
+        if handle is not None:
+            _HELD_RUNS[(str(root), name)] = handle
+        return name
+    for n in range(1, 1000):
+        candidate = stamp if n == 1 else f"{stamp}-{n}"
+        if (root / candidate).exists() or (str(root), candidate) in _HELD_RUNS:
+            continue
+        handle = run_lock(root, candidate)
+        if handle is not None and not (root / candidate).exists():
+            _HELD_RUNS[(str(root), candidate)] = handle
+            return candidate
+        if handle is not None:
+            handle.close()
+    raise RunFolderBusy(f"no free run name {stamp}-N under {root}")
+
+
+class RunFolderBusy(RuntimeError):
+    """Another process writes the run folder asked for."""

@@ -8,7 +8,6 @@ calls) and ``sweep`` writes the W&B sweep YAML of the grid.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from typing import IO, NamedTuple
 
 import yaml
 
+from experiments.checkpoints import checkpoints_latest_first, resumable_checkpoint
 from experiments.command_line import chosen_config, grid_parser, split_extra
 from experiments.grid_model import (
     PROJECT_ROOT,
@@ -27,11 +27,14 @@ from experiments.grid_model import (
     Experiment,
     Grid,
     group_name,
+    lock_holder,
+    run_lock,
     run_name,
     runs_root,
 )
 from experiments.loggers import log_grid_summary
 from experiments.report import read_run_metrics
+from fileio import write_atomic
 
 
 class Job(NamedTuple):
@@ -105,6 +108,11 @@ class GridRun:
         checkpoint = latest_checkpoint(run_dir) if self.resume else None
         if checkpoint is None:
             shutil.rmtree(run_dir, ignore_errors=True)  # a cell run starts fresh
+        else:  # those passed over (cut short, or ahead of their metrics) are written again
+            for path in checkpoints_latest_first(run_dir):
+                if path == checkpoint:
+                    break
+                path.unlink()
         run_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         if self.threads:
@@ -121,18 +129,11 @@ class GridRun:
         return Launched(job, proc, log, run_dir)
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
+def latest_checkpoint(run_dir: Path, say=None) -> Path | None:
     """The checkpoint a stopped run resumes from: ``last.ckpt``, else the one of the highest
-    ``step=N`` in its name; None without checkpoints."""
-    folder = run_dir / "checkpoints"
-    if (folder / "last.ckpt").exists():
-        return folder / "last.ckpt"
-    steps = {}
-    for path in folder.glob("*.ckpt"):
-        match = re.search(r"step=(\d+)", path.name)
-        if match:
-            steps[int(match.group(1))] = path
-    return steps[max(steps)] if steps else None
+    ``step=N`` in its name, skipping a file that is not a whole checkpoint (one line each to
+    ``say``: experiments.checkpoints.resumable_checkpoint); None without one."""
+    return resumable_checkpoint(run_dir, say)
 
 
 def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
@@ -149,32 +150,6 @@ def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             continue
 
-
-def _run_lock(root: Path, run: str):
-    """An exclusive lock on one cell-and-seed run of a grid folder (``.<run>.lock``), held
-    by the grid that runs it; None when another grid holds it (that grid's pid is in the
-    file).  Two grids may share a folder (different cells), never a run."""
-    import fcntl
-
-    root.mkdir(parents=True, exist_ok=True)
-    handle = open(root / f".{run}.lock", "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        return None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}")
-    handle.flush()
-    return handle
-
-
-def _lock_holder(root: Path, run: str) -> str:
-    try:
-        return (root / f".{run}.lock").read_text().strip() or "another process"
-    except OSError:
-        return "another process"
 
 def run_grid(experiment: Experiment, argv: list[str]) -> None:
     argv, extra = split_extra(argv)
@@ -229,7 +204,8 @@ def _not_done(run: GridRun, todo: list[Job]) -> list[Job]:
         print(f"  kept {job.label}: finished before", flush=True)
     todo = [job for job in todo if job not in done]
     for job in todo:
-        checkpoint = latest_checkpoint(run.folder / job.name)
+        checkpoint = latest_checkpoint(run.folder / job.name,
+                                       say=lambda line: print(line, flush=True))
         if checkpoint is not None:
             print(f"  resuming {job.label} from {checkpoint.name} (stopped before)", flush=True)
     return todo
@@ -246,11 +222,11 @@ def _run_jobs(run: GridRun, jobs: int, todo: list[Job], running: list[Launched],
     while todo or running:
         while todo and len(running) < jobs:
             job = todo.pop(0)
-            lock = _run_lock(run.folder, job.name)
+            lock = run_lock(run.folder, job.name)
             if lock is None:  # another grid runs this very cell and seed: leave it alone
                 failed.append(run.folder / job.name)
                 print(f"  NOT RUN {job.label}: another grid is running it "
-                      f"({_lock_holder(run.folder, job.name)}); rerun with --skip-done "
+                      f"({lock_holder(run.folder, job.name)}); rerun with --skip-done "
                       "once it has finished", flush=True)
                 continue
             launched = run.launch(job)
@@ -285,8 +261,15 @@ def run_one_cell(experiment: Experiment, argv: list[str]) -> None:
     args = grid_parser(experiment, "cell", with_cell=True).parse_args(argv)
     grid = experiment.grid(args.grid)
     config = chosen_config(experiment, args)
-    launched = GridRun(experiment, grid, config, extra).launch(
-        Job(grid.cell(args.cell), args.seed))
+    run = GridRun(experiment, grid, config, extra)
+    job = Job(grid.cell(args.cell), args.seed)
+    lock = run_lock(run.folder, job.name)
+    if lock is None:  # a grid or another cell command runs this very cell and seed
+        raise SystemExit(f"{experiment.name}.py cell: {job.label} is being run by "
+                         f"{lock_holder(run.folder, job.name)} in {run.folder / job.name}; "
+                         "nothing was changed")
+    launched = run.launch(job)
+    launched.lock = lock
     launched.proc.wait()
     launched.close()
     sys.stdout.write((launched.run_dir / "output.log").read_text())
@@ -303,9 +286,9 @@ def write_sweep(experiment: Experiment, argv: list[str]) -> None:
     grid = experiment.grid(args.grid)
     config = chosen_config(experiment, args)
     out = Path(args.output or sweep_path(experiment, grid, config))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(yaml.safe_dump(sweep_config(experiment, grid, config, args.seeds,
-                                               args.cells), sort_keys=False))
+    # whole or not at all: two sweep commands at once, or an agent reading it meanwhile
+    write_atomic(out, yaml.safe_dump(sweep_config(experiment, grid, config, args.seeds,
+                                                  args.cells), sort_keys=False))
     print(f"wrote {out}\nrun it with:  wandb sweep {out}   then   wandb agent <sweep id>  "
           f"(on as many machines as you like)")
 

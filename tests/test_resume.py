@@ -85,10 +85,11 @@ def test_latest_checkpoint_prefers_last_then_the_highest_step(tmp_path):
     folder = tmp_path / "run" / "checkpoints"
     assert latest_checkpoint(tmp_path / "run") is None
     folder.mkdir(parents=True)
+    (tmp_path / "run" / "metrics.csv").write_text("epoch,step,train/loss\n1,124,2.5\n")
     for name in ("epoch=0-step=10.ckpt", "epoch=1-step=120.ckpt", "epoch=0-step=90.ckpt"):
-        (folder / name).touch()
+        torch.save({"global_step": int(name[:-5].rsplit("=", 1)[1])}, folder / name)
     assert latest_checkpoint(tmp_path / "run").name == "epoch=1-step=120.ckpt"
-    (folder / "last.ckpt").touch()
+    torch.save({"global_step": 120}, folder / "last.ckpt")
     assert latest_checkpoint(tmp_path / "run").name == "last.ckpt"
 
 
