@@ -211,6 +211,28 @@ class Vocab:
         return vocab
 
 
+class VocabLinks:
+    """What the models are linked to from a DataModule's vocabulary (mixed in before
+    ``LightningDataModule``): ``vocab``, ``self._vocab`` once ``setup`` has built it (asked
+    before, it runs ``setup``), ``vocab_size`` and ``pad_id``."""
+
+    _vocab: Vocab | None = None
+
+    @property
+    def vocab(self) -> Vocab:
+        if self._vocab is None:
+            self.setup()
+        return self._vocab
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def pad_id(self) -> int:
+        return self.vocab.pad_id
+
+
 def settings_key(**settings) -> str:
     """A short stable hash of settings, for cache file names."""
     blob = json.dumps(settings, sort_keys=True, default=str).encode()

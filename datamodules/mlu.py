@@ -32,6 +32,7 @@ from datamodules.common import (
     UNK,
     DataFormatError,
     Vocab,
+    VocabLinks,
     bucketed_loader,
     check_sizes,
     data_seed,
@@ -152,7 +153,7 @@ class MLUDataset(Dataset):
         return i
 
 
-class MLUDataModule(L.LightningDataModule):
+class MLUDataModule(VocabLinks, L.LightningDataModule):
     """Batches: src (B,Ls), src_mask, tgt_in (B,Lt) = <s> answer, tgt_out = answer </s>,
     tgt_mask, index.
 
@@ -182,18 +183,10 @@ class MLUDataModule(L.LightningDataModule):
         check_sizes(owner, least=0, num_workers=num_workers)
         self.save_hyperparameters()
         record_data_seed(self, data_seed(seed))
-        self.vocab = char_vocab()
+        self._vocab = char_vocab()
         self.datasets: dict[str, MLUDataset] = {}
 
-    # properties the models are linked to
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    @property
-    def pad_id(self) -> int:
-        return self.vocab.pad_id
-
+    # properties the models are linked to (and vocab_size, pad_id: VocabLinks)
     @property
     def bos_id(self) -> int:
         return self.vocab.stoi[BOS]

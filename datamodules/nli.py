@@ -52,6 +52,7 @@ from datamodules.common import (
     UNK,
     DataFormatError,
     Vocab,
+    VocabLinks,
     bucketed_loader,
     cache_dir,
     check_sizes,
@@ -396,7 +397,7 @@ def _remap(dataset: PairDataset, lookup: Tensor) -> PairDataset:
 
 # ----------------------------------------------------------------------------- DataModules
 
-class NLIDataModule(L.LightningDataModule):
+class NLIDataModule(VocabLinks, L.LightningDataModule):
     """What the four NLI DataModules share.  Batches are dicts: premise (B,La) long,
     premise_mask (B,La) bool (True = real token), hypothesis (B,Lb), hypothesis_mask (B,Lb),
     label (B,) long and index (B,), the pairs' positions in their split's dataset.
@@ -582,20 +583,6 @@ class NLIDataModule(L.LightningDataModule):
         return vocab
 
     # --- what the models read
-    @property
-    def vocab(self) -> Vocab:
-        if self._vocab is None:
-            self.setup()
-        return self._vocab
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    @property
-    def pad_id(self) -> int:
-        return self.vocab.pad_id
-
     @property
     def num_classes(self) -> int:
         return len(self.label_names)

@@ -61,6 +61,7 @@ from datamodules.common import (
     UNK,
     DataFormatError,
     Vocab,
+    VocabLinks,
     bucketed_loader,
     cache_dir,
     check_sizes,
@@ -252,7 +253,7 @@ class ReadStats:
     no_span: int = 0  # evaluation questions without a span in the (truncated) context
 
 
-class OpenQADataModule(L.LightningDataModule):
+class OpenQADataModule(VocabLinks, L.LightningDataModule):
     """What SearchQA and Quasar-T share (see the module docstring).
 
     Args:
@@ -395,20 +396,6 @@ class OpenQADataModule(L.LightningDataModule):
         return {"itos": vocab.itos, "stats": stats, "datasets": datasets}
 
     # -- what the model reads
-    @property
-    def vocab(self) -> Vocab:
-        if self._vocab is None:
-            self.setup()
-        return self._vocab
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    @property
-    def pad_id(self) -> int:
-        return self.vocab.pad_id
-
     @property
     def embeddings(self) -> Tensor | None:
         """(V, vectors_dim) frozen GloVe rows (zero without a vector), or None: no vectors
