@@ -35,6 +35,7 @@ from experiments.errors import (
 from experiments.grid_model import Experiment, RunFolderBusy, claim_run, runs_root
 from experiments.loggers import finish_wandb, log_predictions, make_loggers
 from experiments.preflight import missing_dataset_message
+from experiments.progress import ProgressLines, shows_bar
 from lit_models.base import NonFiniteLossError
 
 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
@@ -55,6 +56,9 @@ RUN_OPTIONS = {
                                        "checkpoints/averaged-last<N>.ckpt and test on it "
                                        "(None/0: off)"),
     "wandb": (bool, True, "log to W&B (offline without an API key)"),
+    "progress_every": (int | None, None, "without a progress bar (not on a terminal, or "
+                                         "--trainer.enable_progress_bar false): a line every N "
+                                         "optimiser steps (None: about 100 a run; 0: none)"),
 }
 
 
@@ -63,6 +67,10 @@ def run_cli(experiment: Experiment, argv: list[str] | None, line: CommandLine | 
     the process's command line; ``line``: the command line as the checks before read it."""
     threads = os.environ.get("ATTNREPRO_THREADS")
     if threads:
+        if not threads.isdecimal() or int(threads) < 1:
+            raise SystemExit(f"{experiment.name}.py: ATTNREPRO_THREADS (torch threads of the "
+                             f"run, what grid --threads sets) must be a positive integer, got "
+                             f"{threads!r}")
         import torch
 
         torch.set_num_threads(int(threads))
@@ -192,8 +200,10 @@ class ExperimentCLI(LightningCLI):
         prefix = "model.init_args." if self.experiment.subclass_mode_model else "model."
         for source, target in self.experiment.links:
             # the DataModule's files first (download what is missing), then the attribute
+            compute = partial(prepared_attribute, source)
+            compute.__name__ = f"prepared {source}"  # how --help shows the link
             parser.link_arguments("data", prefix + target, apply_on="instantiate",
-                                  compute_fn=partial(prepared_attribute, source))
+                                  compute_fn=compute)
 
     def instantiate_trainer(self, **kwargs):
         run = self.config[self.subcommand]["run"]
@@ -202,6 +212,16 @@ class ExperimentCLI(LightningCLI):
             claim_run_folder(self.experiment, run)
             kwargs["logger"] = make_loggers(self.experiment, run, self.model,
                                             self.config[self.subcommand], self.subcommand)
+        # a progress bar on a terminal, else lines (experiments/progress.py) unless set
+        bar = shows_bar(trainer_cfg.get("enable_progress_bar"))
+        kwargs["enable_progress_bar"] = bar
+        if run.progress_every is not None and run.progress_every < 0:
+            raise SystemExit(f"--run.progress_every must be a number of steps (0: no lines), "
+                             f"got {run.progress_every}")
+        if not bar and run.progress_every != 0:
+            callbacks = trainer_cfg.get("callbacks") or []
+            callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+            kwargs["callbacks"] = [*callbacks, ProgressLines(run.progress_every)]
         plugins = trainer_cfg.get("plugins") or []
         plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
         if not any(isinstance(p, CheckpointIO) for p in plugins):

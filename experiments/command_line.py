@@ -204,14 +204,19 @@ def grid_parser(experiment: Experiment, command: str,
                        help="seeds 0..N-1 per cell (default: 1)")
         p.add_argument("--cells", nargs="*", default=None,
                        help="only these cells (default: every cell, below)")
+    p.add_argument("--threads", type=count(1), default=None, metavar="N",
+                   help="torch threads per run, $ATTNREPRO_THREADS of each run (default: "
+                        + ("the cores / --jobs when --jobs > 1, else " if command == "grid"
+                           else "") + "torch's default); results depend on it, so fix it to "
+                        "compare machines")
+    if command in ("grid", "cell"):
+        p.add_argument("--force", action="store_true",
+                       help="replace runs that finished before (default: refuse, naming them"
+                            + ("; --skip-done keeps them)" if command == "grid" else ")"))
     if command == "grid":  # how to run them here (a sweep's agents decide for themselves)
         p.add_argument("--jobs", type=count(1), default=1, metavar="N",
                        help="cells run in parallel (default: 1)")
         p.add_argument("--dry-run", action="store_true", help="print the commands only")
-        p.add_argument("--threads", type=count(1), default=None, metavar="N",
-                       help="torch threads per run, $ATTNREPRO_THREADS of each run (default: "
-                            "the cores / --jobs when --jobs > 1, else torch's default); "
-                            "results depend on it, so fix it to compare machines")
         p.add_argument("--skip-done", action="store_true",
                        help="keep runs whose CSV already holds every metric of the grid; "
                             "resume the others that left a checkpoint from their latest")

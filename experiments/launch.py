@@ -97,6 +97,11 @@ class GridRun:
     def folder(self) -> Path:
         return self.experiment.grid_folder(self.grid, self.config)
 
+    def finished(self, job: Job) -> bool:
+        """Whether the job's run folder holds every metric of the grid (a run that ended)."""
+        return all(v is not None for v in
+                   read_run_metrics(self.folder / job.name, self.grid).values())
+
     def command(self, job: Job) -> list[str]:
         return cell_command(self.experiment, self.grid, job.cell, job.seed, self.config,
                             self.extra)
@@ -167,6 +172,11 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
         for job in todo:
             print(" ".join(run.command(job)))
         return
+    finished = [job for job in todo if run.finished(job)] if not args.force else []
+    if finished:  # a finished run is replaced only when asked
+        raise SystemExit(f"{experiment.name}.py grid: {len(finished)} run(s) in {run.folder} "
+                         f"finished before: {', '.join(job.label for job in finished)}; "
+                         "--skip-done keeps them (and runs the others), --force replaces them")
     print(f"{experiment.name} grid {grid.name} ({grid.title}), config {config}: "
           f"{len(todo)} runs, {args.jobs} at a time"
           f"{f', {threads} thread(s) each' if threads else ''}; logs in {run.folder}",
@@ -198,8 +208,7 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
 def _not_done(run: GridRun, todo: list[Job]) -> list[Job]:
     """--skip-done: the jobs whose CSV lacks a metric of the grid (said for each kept run and
     each run that resumes from a checkpoint)."""
-    done = [job for job in todo if all(
-        v is not None for v in read_run_metrics(run.folder / job.name, run.grid).values())]
+    done = [job for job in todo if run.finished(job)]
     for job in done:
         print(f"  kept {job.label}: finished before", flush=True)
     todo = [job for job in todo if job not in done]
@@ -261,8 +270,12 @@ def run_one_cell(experiment: Experiment, argv: list[str]) -> None:
     args = grid_parser(experiment, "cell", with_cell=True).parse_args(argv)
     grid = experiment.grid(args.grid)
     config = chosen_config(experiment, args)
-    run = GridRun(experiment, grid, config, extra)
+    run = GridRun(experiment, grid, config, extra, args.threads)
     job = Job(grid.cell(args.cell), args.seed)
+    if run.finished(job) and not args.force:  # a finished run is replaced only when asked
+        raise SystemExit(f"{experiment.name}.py cell: {job.label} finished before "
+                         f"({run.folder / job.name}); it is kept (report reads it): --force "
+                         "replaces it")
     lock = run_lock(run.folder, job.name)
     if lock is None:  # a grid or another cell command runs this very cell and seed
         raise SystemExit(f"{experiment.name}.py cell: {job.label} is being run by "
@@ -278,6 +291,7 @@ def run_one_cell(experiment: Experiment, argv: list[str]) -> None:
 
 
 def write_sweep(experiment: Experiment, argv: list[str]) -> None:
+    argv, extra = split_extra(argv)
     p = grid_parser(experiment, "sweep")
     p.add_argument("--output", default=None,
                    help="where to write it (default: runs/<experiment>/sweeps/<grid>-<config>"
@@ -288,15 +302,17 @@ def write_sweep(experiment: Experiment, argv: list[str]) -> None:
     out = Path(args.output or sweep_path(experiment, grid, config))
     # whole or not at all: two sweep commands at once, or an agent reading it meanwhile
     write_atomic(out, yaml.safe_dump(sweep_config(experiment, grid, config, args.seeds,
-                                                  args.cells), sort_keys=False))
+                                                  args.cells, args.threads, extra),
+                                     sort_keys=False))
     print(f"wrote {out}\nrun it with:  wandb sweep {out}   then   wandb agent <sweep id>  "
           f"(on as many machines as you like)")
 
 
 def sweep_config(experiment: Experiment, grid: Grid, config: str, seeds: int,
-                 cells: list[str] | None = None) -> dict:
+                 cells: list[str] | None = None, threads: int | None = None,
+                 extra: list[str] = ()) -> dict:
     """A W&B sweep over the same grid: every (cell, seed) (or only ``cells``' seeds), run
-    by the ``cell`` command."""
+    by the ``cell`` command (with ``--threads`` and the overrides ``extra``, as ``grid``)."""
     chosen = [grid.cell(n) for n in cells] if cells else grid.cells
     first_metric = next(iter(grid.metrics.values()))
     script = f"experiments/{experiment.name}.py"
@@ -309,7 +325,8 @@ def sweep_config(experiment: Experiment, grid: Grid, config: str, seeds: int,
         "parameters": {"cell": {"values": [c.name for c in chosen]},
                        "seed": {"values": list(range(seeds))}},
         "command": ["${env}", "${interpreter}", "${program}", "cell", grid.name, "--config",
-                    config, "${args}"],
+                    config, "${args}", *(["--threads", str(threads)] if threads else []),
+                    *(["--", *extra] if extra else [])],
     }
 
 

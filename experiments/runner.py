@@ -1,10 +1,12 @@
 """The command contract every experiment script follows.
 
     <name>.py fit|validate|test --config experiments/configs/<name>/paper.yaml [overrides]
-    <name>.py grid <grid> [--smoke | --config NAME] [--seeds N] [--jobs N] [--skip-done]
+    <name>.py grid <grid> [--smoke | --config NAME] [--seeds N] [--jobs N] [--threads N]
+                      [--skip-done | --force] [-- overrides]
+    <name>.py cell <grid> --cell NAME --seed N [--config NAME] [--threads N] [--force]
                       [-- overrides]
-    <name>.py cell <grid> --cell NAME --seed N [--config NAME]
-    <name>.py sweep <grid> [--config NAME] [--seeds N] [--output PATH]
+    <name>.py sweep <grid> [--config NAME] [--seeds N] [--threads N] [--output PATH]
+                      [-- overrides]
     <name>.py report [<grid>] [--config NAME] [--curve] [--plot [--out DIR]]
 
 (``<name>.py`` is ``python experiments/<name>.py``; configs are paper.yaml, smoke.yaml, ...;

@@ -565,18 +565,30 @@ class DecompAtt(AttnReproModule):
 
     def _prediction_rows_of(self, batch, log_p: Tensor, dataloader_idx: int) -> list[dict]:
         """``predictions-test[_<split>].jsonl`` rows of a test batch: ``id`` (position in the
-        split), ``line`` (in the split's file), ``gold``, ``prediction``, ``log_probs`` of
-        every class and, for ranking, ``group`` and ``score`` = log p(relevant), the ranking
-        key."""
+        split), ``line`` (in the split's file), the input text (``premise`` and ``hypothesis``;
+        for ranking ``question`` and ``answer``: the words of the token ids by the
+        DataModule's vocabulary, the ids without one), ``gold``, ``prediction``,
+        ``log_probs`` of every class and, for ranking, ``group`` and ``score`` = log
+        p(relevant), the ranking key."""
         datamodule = self._datamodule()
         splits = getattr(datamodule, "test_splits", None) or ()
         dataset = getattr(datamodule, "datasets", {}).get(splits[dataloader_idx]) \
             if dataloader_idx < len(splits) else None
         lines = getattr(dataset, "lines", None)
+        itos = getattr(getattr(datamodule, "vocab", None), "itos", None)
+        names = ("question", "answer") if "group" in batch else ("premise", "hypothesis")
+
+        def words(key: str) -> list:
+            ids = [[t for t, real in zip(row, mask) if real] for row, mask in
+                   zip(batch[key].tolist(), batch[f"{key}_mask"].tolist())]
+            return [" ".join(itos[t] for t in row) for row in ids] if itos else ids
+
+        texts = list(zip(words("premise"), words("hypothesis")))
         log_p = log_p.detach().cpu()
         rows = []
         for i, (index, gold) in enumerate(zip(batch["index"].tolist(), batch["label"].tolist())):
             row = {"id": index, "line": int(lines[index]) if lines is not None else None,
+                   **dict(zip(names, texts[i])),
                    "gold": gold, "prediction": int(log_p[i].argmax()),
                    "log_probs": [round(float(v), 6) for v in log_p[i]]}
             if "group" in batch:

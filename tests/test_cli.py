@@ -319,12 +319,13 @@ def test_sweep_writes_beside_the_runs_and_is_never_a_config(runs, tmp_path, caps
     assert capsys.readouterr().out.startswith(f"wrote {path}\n")
     assert yaml.safe_load(path.read_text())["parameters"]["cell"]["values"] == [
         "transformer", "coda"]
-    # --cells and --seeds as in grid; grid's ways of running (--jobs, ...) are not offered
+    # --cells, --seeds and --threads as in grid; grid's ways of running (--jobs, ...) are
+    # not offered
     coda_mlu.EXPERIMENT.main(["sweep", "table6", "--smoke", "--cells", "coda", "--seeds", "3"])
     params = yaml.safe_load(path.read_text())["parameters"]
     assert params == {"cell": {"values": ["coda"]}, "seed": {"values": [0, 1, 2]}}
     capsys.readouterr()
-    for args in (["--jobs", "2"], ["--dry-run"], ["--skip-done"], ["--threads", "1"]):
+    for args in (["--jobs", "2"], ["--dry-run"], ["--skip-done"], ["--force"]):
         with pytest.raises(SystemExit):
             coda_mlu.EXPERIMENT.main(["sweep", "table6", "--smoke", *args])
         assert f"unrecognized arguments: {args[0]}" in capsys.readouterr().err

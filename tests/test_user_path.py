@@ -256,3 +256,64 @@ def test_report_refuses_to_average_runs_with_different_settings(runs, capsys):
         f"decomp_snli.py report table1: the runs of cell intra in {folder} differ in "
         "trainer.max_steps: intra-seed0 200, intra-seed1 4: not averaged; move the odd one's "
         "folder away, or rerun it with the others' settings")
+
+
+@pytest.mark.slow  # one 20-step smoke run of coda_mlu
+def test_a_grid_cell_shows_its_progress_in_output_log(env, tmp_path):
+    """A grid cell is no terminal: its output.log has a line every N steps (step, loss,
+    steps/s, ETA) and one per validation with its metrics (was silent until the end); no
+    progress bar's carriage returns."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "coda_mlu.py"), "grid", "table6", "--smoke",
+         "--cells", "transformer", "--", "--run.progress_every", "5", "--run.wandb", "false"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (tmp_path / "runs" / "coda_mlu" / "table6-smoke" / "transformer-seed0"
+           / "output.log").read_text()
+    assert "\r" not in log
+    steps = re.findall(r"^step (\d+)/20  loss \d+\.\d{4}  \d+\.\d{2} steps/s  ETA \w+$", log,
+                       re.MULTILINE)
+    assert steps == ["5", "10", "15", "20"], log[-2000:]
+    validations = re.findall(r"^validation at step (\d+): (.*)$", log, re.MULTILINE)
+    assert [s for s, _ in validations] == ["10", "20"]
+    assert "val/exact_match " in validations[0][1] and "val/loss " in validations[0][1]
+
+
+def finished_run(runs: Path, name: str = "intra-seed0") -> Path:
+    run_dir = runs / "decomp_snli" / "table1-smoke" / name
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.csv").write_text("step,val/acc,test/acc\n3,0.5,0.5\n")
+    return run_dir
+
+
+def test_a_finished_run_is_replaced_only_with_force(runs, capsys):
+    """cell and grid refuse to replace a run that finished (was: cell ... -- --trainer.max_steps
+    4 silently replaced the grid's run), naming it and how to keep or replace it."""
+    run_dir = finished_run(runs)
+    with pytest.raises(SystemExit) as done:
+        experiment("decomp_snli").main(["cell", "table1", "--smoke", "--cell", "intra", "--",
+                                        "--trainer.max_steps", "4"])
+    assert done.value.code == (f"decomp_snli.py cell: intra seed 0 finished before ({run_dir}); "
+                               "it is kept (report reads it): --force replaces it")
+    with pytest.raises(SystemExit) as done:
+        experiment("decomp_snli").main(["grid", "table1", "--smoke", "--cells", "intra",
+                                        "vanilla"])
+    assert done.value.code == (
+        f"decomp_snli.py grid: 1 run(s) in {run_dir.parent} finished before: intra seed 0; "
+        "--skip-done keeps them (and runs the others), --force replaces them")
+    assert (run_dir / "metrics.csv").read_text() == "step,val/acc,test/acc\n3,0.5,0.5\n"
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["intra-seed0"]  # none started
+
+
+def test_sweep_takes_threads_and_overrides_like_grid(runs, tmp_path, capsys):
+    import yaml
+
+    out = tmp_path / "sweep.yaml"
+    experiment("decomp_snli").main(["sweep", "table1", "--smoke", "--threads", "2", "--output",
+                                    str(out), "--", "--trainer.max_steps", "4"])
+    command = yaml.safe_load(out.read_text())["command"]
+    assert command == ["${env}", "${interpreter}", "${program}", "cell", "table1", "--config",
+                       "smoke", "${args}", "--threads", "2", "--", "--trainer.max_steps", "4"]

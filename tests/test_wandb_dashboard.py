@@ -113,7 +113,9 @@ def test_test_predictions_are_a_table(runs):
                  (run_dir / "predictions-test.jsonl").read_text().splitlines()]
         path = wandb_file(run_dir)
         logged = table(path, "test/predictions")
-        assert logged["columns"] == ["id", "line", "gold", "prediction", "log_probs"]
+        assert logged["columns"] == ["id", "line", "premise", "hypothesis", "gold",
+                                     "prediction", "log_probs"]  # the input text too
+        assert all(isinstance(r[2], str) and r[2] for r in logged["data"])
         assert logged["data"] == [[row[c] for c in logged["columns"]] for row in lines]
         final = summary(path)
         assert final["test/predictions_rows"] == final["test/predictions_logged_rows"] \
