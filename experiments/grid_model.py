@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -276,6 +277,8 @@ def claim_run(root: Path, name: str | None, stamp: str) -> str:
                                 "another --run.name")
         if handle is not None:
             _HELD_RUNS[(str(root), name)] = handle
+        else:  # the launcher's: this run takes it over if the launcher dies before it ends
+            threading.Thread(target=_take_over, args=(root, name), daemon=True).start()
         return name
     for n in range(1, 1000):
         candidate = stamp if n == 1 else f"{stamp}-{n}"
@@ -288,6 +291,21 @@ def claim_run(root: Path, name: str | None, stamp: str) -> str:
         if handle is not None:
             handle.close()
     raise RunFolderBusy(f"no free run name {stamp}-N under {root}")
+
+
+def _take_over(root: Path, name: str) -> None:
+    """Wait for the run lock the launcher (grid or ``cell``) holds and hold it from then on:
+    a launcher killed outright (SIGKILL) leaves its run going on in its own session, and a
+    new grid must not start the same run beside it."""
+    import fcntl
+
+    handle = open(root / f".{name}.lock", "a+")
+    fcntl.flock(handle, fcntl.LOCK_EX)  # blocks until the launcher lets go
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    _HELD_RUNS[(str(root), name)] = handle
 
 
 class RunFolderBusy(RuntimeError):

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from experiments import coda_mlu
-from experiments.grid_model import RunFolderBusy, claim_run, run_lock
+from experiments.grid_model import RunFolderBusy, claim_run, lock_holder, run_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "coda_mlu.py"
@@ -159,6 +161,42 @@ def test_fit_refuses_a_run_folder_another_process_writes(env, tmp_path):
         f"coda_mlu.py: run folder {folder / 'mine'} is being written by pid {holder.pid}; "
         "wait for it to end or choose another --run.name")
     assert not (folder / "mine").exists()
+
+
+@pytest.mark.slow
+def test_a_run_left_going_by_a_killed_grid_keeps_its_folder_to_itself(env, tmp_path):
+    """A grid killed outright (SIGKILL: no handler stops its cells) leaves its cell running
+    in its own session; the cell then holds the run's lock, so a new grid leaves it alone."""
+    from tests.conftest import start
+    from tests.test_grid_control import cell_pids
+
+    args = ["grid", "table6", "--smoke", "--cells", "transformer", "--",
+            "--trainer.max_steps", "100000", "--run.wandb", "false"]
+    grid = start(SCRIPT, args, env)
+    folder = tmp_path / "runs" / "coda_mlu" / "table6-smoke"
+    try:
+        deadline = time.time() + 120
+        while not (folder / "transformer-seed0" / "hparams.yaml").exists():  # fit started
+            assert time.time() < deadline and grid.poll() is None, "the cell never started"
+            time.sleep(0.2)
+        grid.kill()
+        grid.communicate(timeout=60)
+        deadline = time.time() + 10
+        while (handle := run_lock(folder, "transformer-seed0")) is not None:
+            handle.close()
+            assert time.time() < deadline, "nothing holds the run of the killed grid's cell"
+            time.sleep(0.1)
+        (pid,) = cell_pids("transformer-seed0", env)
+        while lock_holder(folder, "transformer-seed0") != f"pid {pid}":  # it writes its pid
+            assert time.time() < deadline, lock_holder(folder, "transformer-seed0")
+            time.sleep(0.1)
+        again = subprocess.run([sys.executable, str(SCRIPT), *args[:5], "--skip-done"],
+                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert f"  NOT RUN transformer seed 0: another grid is running it (pid {pid})" \
+            in again.stdout
+    finally:
+        for pid in cell_pids("transformer-seed0", env):  # this test's orphan only
+            os.kill(pid, signal.SIGKILL)
 
 
 # -- the sweep YAML ---------------------------------------------------------------------------
