@@ -131,6 +131,19 @@ class CompactParser(LightningArgumentParser):
         self.exit(2)
 
 
+    def format_help(self) -> str:
+        """argparse's help with a short usage: the usage of ``fit`` lists every option of the
+        trainer, the model and the data (about 120 lines) before the same options grouped."""
+        usage, blank, rest = super().format_help().partition("\n\n")
+        if usage.count("\n") < 3:
+            return usage + blank + rest
+        prog = " ".join([f"{self.experiment.name}.py",
+                         *self.prog.replace(" [options]", "").split()[1:]])
+        return (f"usage: {prog} [-c CONFIG ...] [--<group>.<option> VALUE ...] [--print_config]\n"
+                "(the options below, by group; the values a command line resolves to, configs "
+                f"merged: {prog} -c CONFIG ... --print_config){blank}{rest}")
+
+
 def parser_class(experiment: Experiment, line: CommandLine) -> type[CompactParser]:
     """A :class:`CompactParser` class of this run: jsonargparse builds the parsers of
     subcommands, nested classes and ``--*.help`` as ``type(parser)(...)``, so what an error

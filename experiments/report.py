@@ -109,7 +109,8 @@ def check_same_settings(root: Path, grid: Grid) -> None:
             more = f" and {len(differences) - 3} more keys" if len(differences) > 3 else ""
             raise MixedRunsError(
                 f"the runs of cell {cell.name} in {root} differ in {shown}{more}: not averaged; "
-                "move the odd one's folder away, or rerun it with the others' settings")
+                f"rerun the odd one with the others' settings (cell {grid.name} --cell "
+                f"{cell.name} --seed K --force) or move its folder away")
 
 
 def collect(experiment: Experiment, grid: Grid, config: str) -> dict[str, dict[str, list[float]]]:

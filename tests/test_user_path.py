@@ -254,8 +254,9 @@ def test_report_refuses_to_average_runs_with_different_settings(runs, capsys):
         experiment("decomp_snli").main(["report", "table1", "--smoke"])
     assert done.value.code == (
         f"decomp_snli.py report table1: the runs of cell intra in {folder} differ in "
-        "trainer.max_steps: intra-seed0 200, intra-seed1 4: not averaged; move the odd one's "
-        "folder away, or rerun it with the others' settings")
+        "trainer.max_steps: intra-seed0 200, intra-seed1 4: not averaged; rerun the odd one "
+        "with the others' settings (cell table1 --cell intra --seed K --force) or move its "
+        "folder away")
 
 
 @pytest.mark.slow  # one 20-step smoke run of coda_mlu
@@ -317,3 +318,18 @@ def test_sweep_takes_threads_and_overrides_like_grid(runs, tmp_path, capsys):
     command = yaml.safe_load(out.read_text())["command"]
     assert command == ["${env}", "${interpreter}", "${program}", "cell", "table1", "--config",
                        "smoke", "${args}", "--threads", "2", "--", "--trainer.max_steps", "4"]
+
+
+def test_fit_help_is_grouped_with_a_short_usage(runs, capsys):
+    """No usage of every option (about 80 lines) and no function reprs: the links read
+    'prepared vocab_size(data) --> model.src_vocab_size'; --print_config is named."""
+    with pytest.raises(SystemExit) as done:
+        experiment("coda_mlu").main(["fit", "--help"])
+    assert done.value.code in (0, None)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == ("usage: coda_mlu.py fit [-c CONFIG ...] [--<group>.<option> VALUE ...] "
+                        "[--print_config]")
+    assert "--print_config" in lines[1] and lines[2] == ""
+    assert "0x" not in out and "functools.partial" not in out
+    assert "  prepared vocab_size(data) --> model.src_vocab_size [applied on instantiate]" in lines
