@@ -7,8 +7,8 @@ notebooks/ call these functions (one cell each); the committed figure is made by
 A study writes only into the folder it is given: the command's ``--out``, else
 :func:`study_dir` (``<runs>/figures/<study>``, runs/ of the project or $ATTNREPRO_RUNS, never
 a tracked file).  Steps come from the environment (``CODA_FIG2_STEPS``, ``WINDOW_MASKS_STEPS``,
-``DECOMP_MAPS_STEPS``, ``DENSITY_MATRIX_STEPS``) so that the tests run a short setting;
-``ATTNREPRO_THREADS`` sets torch's threads.
+``DECOMP_MAPS_STEPS``, ``DENSITY_MATRIX_STEPS``, ``CODA_ANATOMY_STEPS``) so that the tests run
+a short setting; ``ATTNREPRO_THREADS`` sets torch's threads.
 
 Studies:
 - CoDA Figure 2 (:func:`coda_fig2`): histograms of tanh(E), sigmoid(N) and M of DecompAtt +
@@ -19,7 +19,10 @@ Studies:
 - the SNLI write-up's Figures 1-3 (:func:`decomposable_maps`): alignment heat maps of
   vanilla and intra-attention DecompAtt, and the latent mixture's routing q(c | y, a, b);
 - the attention density matrix (:func:`density_matrices`): Psi of one source sentence at a
-  few decoder steps of MQT and AQT LSTM translators, its diagonal beside additive attention.
+  few decoder steps of MQT and AQT LSTM translators, its diagonal beside additive attention;
+- CoDA's anatomy (:func:`coda_anatomy`): tanh(E), sigmoid(N) and M of DecompAtt on SNLI pairs
+  and the cross-attention M of a small MLU CoDA Transformer, and the gate diagnostics over
+  training for the paper's gate and more open ones.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ import csv
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
@@ -41,16 +46,20 @@ from attention import build
 from attention.masking import attention_mask
 from attention.window import WindowMultiHead, boundary_distributions, window_mask
 from datamodules.iwslt import IWSLT15DataModule
+from datamodules.mlu import MLUDataModule
 from datamodules.nli import SNLIDataModule, collate_pairs, spacy_pair
 from datamodules.sst import SSTDataModule
 from datamodules.translation import collate_translation
+from experiments.claims import BOARD, REPORT_LINE, RESULTS, experiment_scripts, run_folders
 from experiments.cli import silence_lightning_tips
 from experiments.grid_model import runs_root
+from experiments.report import configs_with_runs, format_report
 from lit_models import plots
 from lit_models.decomp_att import DecompAtt
+from lit_models.diagnostics import FIGURES, CodaDiagnostics
 from lit_models.mixture import Mixture
 from lit_models.rnn_seq2seq import RNNSeq2Seq
-from lit_models.transformer import TransformerClassifier
+from lit_models.transformer import TransformerClassifier, TransformerSeq2Seq
 
 
 # -- what every study shares ------------------------------------------------------------------
@@ -589,6 +598,221 @@ def density_matrices(steps: int = DENSITY_STEPS, out: Path | None = None) -> dic
     (out / "density_statistics.json").write_text(json.dumps(stats, indent=1))
     return {"src": src_words, "tgt": tgt_words, "steps": shown, "views": views,
             "statistics": stats, "out": out}
+
+
+# -- CoDA's anatomy: quasi-attention maps and the gate over training ------------------------------
+ANATOMY_STEPS, ANATOMY_RECORDS = 200, 8
+#: DecompAtt's alignment: the paper's gate there is sigmoid(N) (Eq. 3), no 1/sqrt(d)
+ANATOMY_DECOMP = {"plain gate (default)": build("coda"),
+                  "centred gate": build("coda", gate="centered")}
+#: the MLU Transformer: the paper's 2 sigmoid(N) with 1/sqrt(d) (Eq. 5, 10), and two ways to
+#: open the gate (Sec. 2: centering N; Sec. 2.3: a lower temperature beta)
+ANATOMY_MLU = {"scaled gate (default)": build("coda"), "beta 0.25": build("coda", beta=0.25),
+               "centred gate": build("coda", gate="centered")}
+ANATOMY_PAIRS = (0, 2)  # of decomp_pairs: the write-up's Figure 1, the contradiction pair
+ANATOMY_PROBLEM = 0  # the MLU problem drawn: the first generated validation problem
+ANATOMY_FILES = ("anatomy_decomp_pair0.png", "anatomy_decomp_pair2.png", "anatomy_mlu_cross.png",
+                 "anatomy_gates_mlu.png", "anatomy_gates_decomp.png", "anatomy_summary.json")
+
+
+def mlu_small() -> MLUDataModule:
+    """Generated MLU problems: 20,000 to train, 64 held out (the gate figures' batch)."""
+    return prepared(MLUDataModule(train_size=20_000, val_size=64, test_size=64, batch_size=64,
+                                  eval_batch_size=64))
+
+
+def mlu_transformer(setting: str, data: MLUDataModule) -> TransformerSeq2Seq:
+    """A small CoDA Transformer for MLU: 2 + 2 layers of 64, 4 heads, CoDA in every module."""
+    return TransformerSeq2Seq(src_vocab_size=data.vocab_size, tgt_vocab_size=data.vocab_size,
+                              pad_id=data.pad_id, bos_id=data.bos_id, eos_id=data.eos_id,
+                              d_model=64, n_heads=4, d_ff=128, dropout=0.0,
+                              attention_dropout=0.0, attention=ANATOMY_MLU[setting], lr=3e-3,
+                              schedule="constant", warmup_steps=0)
+
+
+def gate_history(history: list[dict[str, float]]) -> dict[str, dict[str, dict[int, float]]]:
+    """CodaDiagnostics.history as module -> figure -> step -> value."""
+    out: dict = {}
+    for record in history:
+        for key, value in record.items():
+            if key.startswith("coda/"):
+                _, module, figure = key.split("/")
+                out.setdefault(module, {}).setdefault(figure, {})[record["step"]] = value
+    return out
+
+
+def gate_figure(histories: dict[str, dict], title: str):
+    """Modules x figures, one line per setting (``histories``: setting -> gate_history)."""
+    panels: dict = {}
+    for setting, modules in histories.items():
+        for module, figures in modules.items():
+            for figure in FIGURES:
+                steps = figures[figure]
+                panels.setdefault((module, figure), {})[setting] = (list(steps),
+                                                                    list(steps.values()))
+    return plots.line_grid(panels, x_label="training step", title=title)
+
+
+def token_accuracy(model: TransformerSeq2Seq, batch: dict[str, Tensor]) -> float:
+    """Teacher-forced: the share of answer tokens (and </s>) that are the argmax of their
+    logits."""
+    logits = model(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"]).logits
+    right = (logits.argmax(-1) == batch["tgt_out"]) & batch["tgt_mask"]
+    return float(right.sum() / batch["tgt_mask"].sum())
+
+
+def negative_share(m: Tensor) -> float:
+    """The share of entries of M below -0.01 (those that subtract their value)."""
+    return float((m < -0.01).float().mean())
+
+
+def coda_anatomy(steps: int = ANATOMY_STEPS, out: Path | None = None) -> dict:
+    """DecompAtt + CoDA on the SNLI prefix (``ANATOMY_DECOMP``) and a small CoDA Transformer on
+    generated MLU problems (``ANATOMY_MLU``), each trained ``steps`` (seed 0) with the gate
+    diagnostics (lit_models/diagnostics.py) ``ANATOMY_RECORDS`` times and before the first
+    step.  Writes under ``out``: per drawn SNLI pair tanh(E), sigmoid(N) and M at
+    initialisation and trained (``anatomy_decomp_pair<i>.png``), the MLU problem's
+    cross-attention M per layer and head (``anatomy_mlu_cross.png``), the gate figures over
+    training (``anatomy_gates_mlu.png``, ``anatomy_gates_decomp.png``) and the numbers
+    (``anatomy_summary.json``)."""
+    out = out or study_dir("coda_anatomy")
+    out.mkdir(parents=True, exist_ok=True)
+    every = max(1, steps // ANATOMY_RECORDS)
+    summary: dict = {"steps": steps, "diagnostics every": every, "decomp": {}, "mlu": {}}
+
+    snli, held_out = snli_prefix(lowercase=True)
+    pairs = [decomp_pairs(snli)[i] for i in ANATOMY_PAIRS]
+    views: dict = {}
+    histories: dict = {}
+    for setting, attention in ANATOMY_DECOMP.items():
+        L.seed_everything(0, verbose=False)
+        model = decomp_model(snli, attention=attention)
+
+        def factors(m):
+            return [{k: v.reshape(len(p["premise"]), len(p["hypothesis"]))
+                     for k, v in m.alignment_factors(p["batch"]).items()} for p in pairs]
+
+        views[(setting, "initialisation")] = evaluated(factors, model)
+        diagnostics = CodaDiagnostics(every_n_steps=every)
+        train_briefly(model, snli, steps, [diagnostics])
+        views[(setting, f"{steps} steps")] = evaluated(factors, model)
+        accuracy = evaluated(lambda m: float(
+            (m.log_probs(held_out).argmax(-1) == held_out["label"]).float().mean()), model)
+        histories[setting] = gate_history(diagnostics.history)
+        summary["decomp"][setting] = {
+            "held-out accuracy": accuracy, "gates": histories[setting],
+            "M < -0.01 in the drawn pairs": {
+                stage: negative_share(torch.cat([v["M"].flatten() for v in views[(s, stage)]]))
+                for s, stage in views if s == setting}}
+    save(gate_figure(histories, f"DecompAtt + CoDA on SNLI: the gate over {steps} steps"),
+         out / "anatomy_gates_decomp.png")
+    limits = {"tanh(E)": dict(limits=(-1, 1), diverging=True),
+              "sigmoid(N)": dict(limits=(0, 1), diverging=False),
+              "M": dict(limits=(-1, 1), diverging=True)}
+    first = next(iter(ANATOMY_DECOMP))  # initialisation drawn for the default only
+    shown = {key: v for key, v in views.items() if key[0] == first or key[1] != "initialisation"}
+    for j, (i, pair) in enumerate(zip(ANATOMY_PAIRS, pairs)):
+        panels = {(f"{setting}, {stage}", name): matrices[j][name]
+                  for (setting, stage), matrices in shown.items() for name in limits}
+        gold = f", gold: {pair['gold']}" if pair["gold"] else ""
+        save(plots.matrix_grid(panels, pair["premise"], pair["hypothesis"],
+                               title=f"DecompAtt + CoDA: {pair['name']}{gold}",
+                               column_options=limits, row_label="premise",
+                               column_label="hypothesis"),
+             out / f"anatomy_decomp_pair{i}.png")
+
+    mlu = mlu_small()
+    val = mlu.datasets["val"]
+    held = mlu.collate(val, list(range(len(val))))
+    one = mlu.collate(val, [ANATOMY_PROBLEM])
+    src = [mlu.vocab.itos[i] for i in one["src"][0].tolist()]
+    tgt = [mlu.vocab.itos[i] for i in one["tgt_in"][0].tolist()]
+    maps, histories = {}, {}
+    for setting in ANATOMY_MLU:
+        L.seed_everything(0, verbose=False)
+        model = mlu_transformer(setting, mlu)
+        diagnostics = CodaDiagnostics(every_n_steps=every)
+        train_briefly(model, mlu, steps, [diagnostics])
+        weights = evaluated(lambda m: m(one["src"], one["src_mask"], one["tgt_in"],
+                                        one["tgt_mask"], need_weights=True).weights, model)
+        cross = [w_cross[0] for _, w_cross in weights["decoder"]]  # per layer (H,Lt,Ls)
+        for layer, m in enumerate(cross):
+            maps[(setting, f"layer {layer}, head 0")] = m[0]
+        histories[setting] = gate_history(diagnostics.history)
+        summary["mlu"][setting] = {
+            "teacher-forced token accuracy (64 held out)": evaluated(
+                lambda m: token_accuracy(m, held), model),
+            "cross-attention M < -0.01 (drawn problem)": negative_share(torch.stack(cross)),
+            "gates": histories[setting]}
+    save(plots.matrix_grid(maps, tgt, src, diverging=True,
+                           title=f"MLU CoDA Transformer, {steps} steps: cross-attention M of "
+                                 f"{''.join(src)} (each panel on its own scale)",
+                           row_label="decoder input", column_label="problem"),
+         out / "anatomy_mlu_cross.png")
+    save(gate_figure(histories, f"MLU CoDA Transformer: the gate over {steps} steps"),
+         out / "anatomy_gates_mlu.png")
+    (out / "anatomy_summary.json").write_text(json.dumps(summary, indent=1))
+    return {"pairs": pairs, "problem": (src, tgt), "summary": summary, "out": out}
+
+
+# -- the committed results: report's tables and report --plot's figures --------------------------
+@contextmanager
+def runs_folder(path: Path):
+    """$ATTNREPRO_RUNS set to ``path`` for the block (what ``ATTNREPRO_RUNS=<path> python
+    experiments/<script>.py report ...`` does), restored after it."""
+    before = os.environ.get("ATTNREPRO_RUNS")
+    os.environ["ATTNREPRO_RUNS"] = str(path)
+    try:
+        yield path
+    finally:
+        if before is None:
+            del os.environ["ATTNREPRO_RUNS"]
+        else:
+            os.environ["ATTNREPRO_RUNS"] = before
+
+
+def printed_tables(path: Path) -> dict[tuple[str, str, str], str]:
+    """(experiment, grid, config) -> the report ``report`` printed into a results file: from
+    its ``<experiment> grid <grid>, config <config> (`` line to the next such line, the next
+    heading or the end of the file."""
+    text = path.read_text()
+    marks = list(REPORT_LINE.finditer(text))
+    out = {}
+    for mark, end in zip(marks, [*(m.start() for m in marks[1:]), len(text)]):
+        body = text[mark.start():end]
+        heading = re.search(r"^#", body, re.M)
+        out[mark.groups()] = body[:heading.start() if heading else len(body)].rstrip()
+    return out
+
+
+def committed_results(out: Path | None = None) -> dict:
+    """Every grid with committed runs under results/ (a folder laid out as a runs folder,
+    experiments.claims.run_folders): what ``report --plot`` prints for it, its figures
+    written into ``out``; the reports printed into results/*.md of the grids whose runs are
+    not committed; and the claims board (results/CLAIMS.md, CLAIMS.png)."""
+    from experiments.plots import write_plots  # matplotlib's figures of report --plot
+
+    out = out or study_dir("results")
+    runs = []
+    for folder in run_folders():
+        with runs_folder(folder):
+            for experiment in experiment_scripts():
+                for grid in experiment.grids.values():
+                    for config in configs_with_runs(experiment, grid):
+                        runs.append({
+                            "experiment": experiment.name, "grid": grid.name, "config": config,
+                            "folder": folder, "report": format_report(experiment, grid, config),
+                            "plots": write_plots(experiment, grid, config, out),
+                            "files": sorted(out.glob(f"{experiment.name}-{grid.name}-{config}"
+                                                     "-*.png"))})
+    recomputed = {(r["experiment"], r["grid"], r["config"]) for r in runs}
+    printed = {}
+    for path in sorted(RESULTS.glob("*.md")):
+        tables = {k: v for k, v in printed_tables(path).items() if k not in recomputed}
+        if path != BOARD and tables:
+            printed[path] = tables
+    return {"runs": runs, "printed": printed, "board": BOARD,
+            "board figure": BOARD.with_suffix(".png"), "out": out}
 
 
 # -- the command --------------------------------------------------------------------------------

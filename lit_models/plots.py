@@ -6,8 +6,8 @@ each hypothesis word over the premise).  Quasi-attention (CoDA's M, in [-1, 1]) 
 its first panel shows M itself on a diverging scale.  :func:`matrix_heatmap` draws any one
 matrix with word labels (an RNN decoder's weights, an attention density matrix),
 :func:`matrix_grid` several side by side.  The notebooks' other plots: overlaid histograms
-(:func:`histogram_grid`), grouped bars (:func:`grouped_bars`) and distributions over words
-as lines (:func:`weight_lines`).
+(:func:`histogram_grid`), grouped bars (:func:`grouped_bars`), distributions over words
+as lines (:func:`weight_lines`) and values over training steps (:func:`line_grid`).
 """
 
 from __future__ import annotations
@@ -53,12 +53,15 @@ def attention_heatmaps(premise: list[str], hypothesis: list[str], weights_a: tor
 
 def matrix_heatmap(values: torch.Tensor, rows: list[str], columns: list[str],
                    title: str = "", row_label: str = "", column_label: str = "",
-                   ax=None, limits: tuple[float, float] | None = None) -> Figure:
+                   ax=None, limits: tuple[float, float] | None = None,
+                   diverging: bool | None = None) -> Figure:
     """One (R, C) matrix as a heat map, rows top to bottom, with word labels: e.g. a
     seq2seq model's attention weights (target words x source words) or an attention density
     matrix (source x source).  Values with a negative entry get a diverging scale centred
-    on 0, non-negative ones a sequential scale from 0; ``limits`` fixes the scale (panels
-    compared side by side).  Drawn into ``ax`` when given (a panel of
+    on 0, non-negative ones a sequential scale from 0; ``diverging`` True or False forces
+    the one or the other (quasi-attention whose entries may happen to share a sign);
+    ``limits`` fixes the scale (panels compared side by side).  Drawn into ``ax`` when given
+    (a panel of
     :func:`matrix_grid`), else into a figure of its own; returns the figure."""
     r, c = len(rows), len(columns)
     if tuple(values.shape) != (r, c):
@@ -66,7 +69,9 @@ def matrix_heatmap(values: torch.Tensor, rows: list[str], columns: list[str],
                          f"{tuple(values.shape)}")
     v = values.detach().double().cpu().numpy()
     bound = max(float(np.abs(v).max()), 1e-12)
-    if v.min() < -1e-6 * bound:  # not a rounding error of a non-negative matrix
+    if diverging is None:
+        diverging = bool(v.min() < -1e-6 * bound)  # not a rounding error of a non-negative one
+    if diverging:
         kw = dict(cmap="RdBu_r", vmin=-bound, vmax=bound)
     else:
         kw = _scale("viridis", v)
@@ -87,10 +92,11 @@ def matrix_heatmap(values: torch.Tensor, rows: list[str], columns: list[str],
 
 
 def matrix_grid(panels: dict, rows: list[str], columns: list[str], title: str = "",
-                **heatmap) -> Figure:
+                column_options: dict[str, dict] | None = None, **heatmap) -> Figure:
     """Heat maps of several matrices over the same words, one :func:`matrix_heatmap` each:
     keys ``(row, column)`` place a panel in a grid (row and column names as titles), plain
-    string keys make one row of panels.  ``heatmap``: matrix_heatmap's other options."""
+    string keys make one row of panels.  ``heatmap``: matrix_heatmap's other options, for
+    every panel; ``column_options``: more of them per grid column (e.g. its ``limits``)."""
     keys = [k if isinstance(k, tuple) else ("", k) for k in panels]
     grid_rows, grid_cols = list(dict.fromkeys(k[0] for k in keys)), \
         list(dict.fromkeys(k[1] for k in keys))
@@ -100,7 +106,8 @@ def matrix_grid(panels: dict, rows: list[str], columns: list[str], title: str = 
     for (row, col), values in zip(keys, panels.values()):
         name = f"{row}: {col}" if row else col
         matrix_heatmap(values, rows, columns, title=name,
-                       ax=axes[grid_rows.index(row), grid_cols.index(col)], **heatmap)
+                       ax=axes[grid_rows.index(row), grid_cols.index(col)],
+                       **heatmap | (column_options or {}).get(col, {}))
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -156,6 +163,29 @@ def weight_lines(panels: dict[str, dict[str, torch.Tensor]], columns: list[str],
         ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=7)
         ax.set_title(name, fontsize=9)
     axes[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def line_grid(panels: dict, x_label: str = "", title: str = "") -> Figure:
+    """Lines over a shared x axis, one panel per key: ``panels[key][label] = (xs, ys)``;
+    keys ``(row, column)`` place a panel in a grid, plain string keys make one row (e.g.
+    the CoDA gate figures over training steps: modules x figures, a line per setting)."""
+    keys = [k if isinstance(k, tuple) else ("", k) for k in panels]
+    grid_rows, grid_cols = list(dict.fromkeys(k[0] for k in keys)), \
+        list(dict.fromkeys(k[1] for k in keys))
+    fig = _figure((3.2 * len(grid_cols), 2.4 * len(grid_rows)))
+    axes = fig.subplots(len(grid_rows), len(grid_cols), squeeze=False)
+    for (row, col), lines in zip(keys, panels.values()):
+        ax = axes[grid_rows.index(row), grid_cols.index(col)]
+        for label, (xs, ys) in lines.items():
+            ax.plot(xs, ys, marker="o", markersize=2.5, label=label)
+        ax.set_title(f"{row}: {col}" if row else col, fontsize=8)
+        ax.set_xlabel(x_label, fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig

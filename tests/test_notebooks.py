@@ -1,13 +1,17 @@
 """Every notebook in notebooks/ runs top to bottom at a short setting (each reads its steps
 from the environment) and writes only under the runs folder it is given ($ATTNREPRO_RUNS),
-never into the repository.  Outputs are not compared, a notebook is a visual study, except
-CoDA Figure 2's summary: results/coda_fig2_summary.csv (``python -m experiments.figures
-coda_fig2 --out results``) holds the rows at initialisation and after 20 steps of the run
-it reports, and the notebook's own 20-step run must give them again, so that a change of the
-code that would change the committed figure fails here."""
+never into the repository; each run is timed (printed with -s) and must stay under a budget.
+Outputs are not compared, a notebook is a visual study, except what its files must hold
+(CoDA's anatomy, the committed results) and CoDA Figure 2's summary:
+results/coda_fig2_summary.csv (``python -m experiments.figures coda_fig2 --out results``)
+holds the rows at initialisation and after 20 steps of the run it reports, and the
+notebook's own 20-step run must give them again, so that a change of the code that would
+change the committed figure fails here."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import nbformat
@@ -32,9 +36,17 @@ NEEDS = {
         ("iwslt15_en_vi/train.first1000.en", "iwslt15_en_vi/tst2012.vi",
          "iwslt15_en_vi/vocab.vi"), "density_matrix",
         ("psi_MQT.png", "psi_AQT.png", "diagonal_AQT.png", "density_statistics.json")),
+    "coda_anatomy.ipynb": (SNLI, "coda_anatomy", figures.ANATOMY_FILES),
+    "results.ipynb": ((), "results", ("dwin_classification-table5-repro-curves.png",
+                                      "dwin_classification-table5-repro-paper.png",
+                                      "dwin_classification-table5-repro-claims.png")),
 }
+#: seconds a notebook may take at the short setting, one thread (measured: coda_anatomy
+#: about 50-70 s, results about 15-25 s on this 2-core machine under load)
+BUDGET = {"coda_anatomy.ipynb": 120, "results.ipynb": 90}
 SHORT = {"CODA_FIG2_STEPS": str(figures.FIG2_CHECK), "WINDOW_MASKS_STEPS": "30",
-         "DECOMP_MAPS_STEPS": "20", "DENSITY_MATRIX_STEPS": "15", "ATTNREPRO_THREADS": "1"}
+         "DECOMP_MAPS_STEPS": "20", "DENSITY_MATRIX_STEPS": "15", "CODA_ANATOMY_STEPS": "4",
+         "ATTNREPRO_THREADS": "1"}
 COMMITTED_FIG2 = ROOT / "results" / figures.FIG2_FILES[0]
 
 
@@ -62,10 +74,13 @@ def test_notebook_runs(path, shared, monkeypatch, tmp_path):
         shared(needed)
     for key, value in {**SHORT, "ATTNREPRO_RUNS": str(tmp_path)}.items():
         monkeypatch.setenv(key, value)  # the kernel inherits the environment
-    tracked = {p: p.read_bytes() for p in (ROOT / "results").glob("coda_fig2*")}
+    tracked = {p: p.read_bytes() for p in (ROOT / "results").rglob("*") if p.is_file()}
     nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
+    seconds = time.perf_counter() - start
+    print(f"{path.name}: {seconds:.0f} s")
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors
@@ -75,6 +90,12 @@ def test_notebook_runs(path, shared, monkeypatch, tmp_path):
     out = tmp_path / "figures" / study
     assert all((out / name).stat().st_size > 0 for name in files)
     assert {p: p.read_bytes() for p in tracked} == tracked  # the committed files untouched
+    assert seconds < BUDGET.get(path.name, 600), f"{path.name} took {seconds:.0f} s"
+    if path.name == "coda_anatomy.ipynb":
+        check_anatomy(json.loads((out / "anatomy_summary.json").read_text()))
+    if path.name == "results.ipynb":
+        text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+        assert "Plots of dwin_classification grid table5, config repro" in text
     if path.name == "coda_fig2.ipynb":
         ours = figures.read_fig2_summary(out / figures.FIG2_FILES[0])
         committed = figures.read_fig2_summary(COMMITTED_FIG2)
@@ -82,3 +103,34 @@ def test_notebook_runs(path, shared, monkeypatch, tmp_path):
         assert set(ours) == set(short)
         for key in short:
             assert ours[key] == pytest.approx(committed[key], abs=2e-3), key
+
+
+def check_anatomy(summary: dict) -> None:
+    """The gate figures recorded before the first step and every steps // 8 to the last, for
+    every CoDA module of each model and every setting; shares within [0, 1], the applied gate
+    within [0, 2] (2 sigmoid); the centred gate's mean near 0.5 at initialisation (N - mean(N)
+    has mean 0, sigmoid's mean is 0.5 to first order); M takes both signs in the maps."""
+    steps, every = summary["steps"], summary["diagnostics every"]
+    recorded = [str(s) for s in range(0, steps + 1, every)]
+    modules = {"decomp": {"net.align.0"},
+               "mlu": {f"{part}.{layer}.{kind}" for layer in (0, 1)
+                       for part, kind in (("encoder", "self"), ("decoder", "self"),
+                                          ("decoder", "cross"))}}
+    for model in ("decomp", "mlu"):
+        settings = summary[model]
+        assert set(settings) == set(getattr(figures, f"ANATOMY_{model.upper()}"))
+        for setting, numbers in settings.items():
+            assert set(numbers["gates"]) == modules[model], (model, setting)
+            for module, stats in numbers["gates"].items():
+                assert set(stats) == set(figures.FIGURES)
+                for figure, by_step in stats.items():
+                    assert list(by_step) == recorded, (model, setting, module, figure)
+                    top = 2.0 if figure == "gate_mean" else 1.0
+                    if figure not in ("m_abs", "row_sum_abs"):
+                        assert all(0 <= v <= top for v in by_step.values()), (module, figure)
+                if "centred" in setting:
+                    assert stats["gate_mean"]["0"] == pytest.approx(0.5, abs=0.05)
+    drawn = summary["mlu"]["scaled gate (default)"]["cross-attention M < -0.01 (drawn problem)"]
+    assert 0 < drawn < 1
+    for numbers in summary["decomp"].values():
+        assert all(0 < share < 1 for share in numbers["M < -0.01 in the drawn pairs"].values())
