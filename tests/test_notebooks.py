@@ -41,8 +41,8 @@ NEEDS = {
                                       "dwin_classification-table5-repro-paper.png",
                                       "dwin_classification-table5-repro-claims.png")),
 }
-#: seconds a notebook may take at the short setting, one thread (measured: coda_anatomy
-#: about 50-70 s, results about 15-25 s on this 2-core machine under load)
+#: seconds a notebook may take at the short setting, one thread (measured at 70439e3 on a
+#: loaded 2-core machine: coda_anatomy 42 s, results 18 s)
 BUDGET = {"coda_anatomy.ipynb": 120, "results.ipynb": 90}
 SHORT = {"CODA_FIG2_STEPS": str(figures.FIG2_CHECK), "WINDOW_MASKS_STEPS": "30",
          "DECOMP_MAPS_STEPS": "20", "DENSITY_MATRIX_STEPS": "15", "CODA_ANATOMY_STEPS": "4",
