@@ -173,6 +173,15 @@ class AttnReproModule(L.LightningModule):
         where the predictions files find tokenizers, source texts and file lines."""
         return getattr(self._trainer, "datamodule", None) if self._trainer else None
 
+    def vocab_words(self, ids: torch.Tensor, mask: torch.Tensor) -> list:
+        """Each row's text for a predictions file: the words of its token ids where ``mask``
+        (B,L) is True, by the DataModule's vocabulary (``vocab.itos``), joined by spaces; the
+        ids when the model runs without such a DataModule."""
+        itos = getattr(getattr(self._datamodule(), "vocab", None), "itos", None)
+        rows = [[t for t, real in zip(row, keep) if real]
+                for row, keep in zip(ids.tolist(), mask.tolist())]
+        return [" ".join(itos[t] for t in row) for row in rows] if itos else rows
+
     # -- per-example test predictions (predictions-test[_<split>].jsonl in the run folder)
     def keep_predictions(self, rows: Iterable[dict], dataloader_idx: int = 0) -> None:
         """Keep this test batch's rows for :meth:`write_predictions`: one JSON-able dict per

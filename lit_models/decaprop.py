@@ -192,7 +192,8 @@ class DecaProp(AttnReproModule):
     ``exact_match_unigram`` / ``f1_ngram`` (DecaProp's SearchQA protocol, each over its half
     of the questions; lit_models/qa_metrics.py) and ``loss`` over the questions whose
     answer is in the context.  The test writes one row per question to
-    ``predictions-test.jsonl``: ``id``, ``qid``, ``prediction``, ``start``, ``end``,
+    ``predictions-test.jsonl``: ``id``, ``qid``, ``question`` (its words by the DataModule's
+    vocabulary), ``prediction``, ``start``, ``end``,
     ``answers``, ``correct`` (SQuAD EM, the paired test's unit), ``exact_match``, ``f1``,
     both Quasar scores and the protocol half with its own prediction and score.
 
@@ -252,7 +253,10 @@ class DecaProp(AttnReproModule):
         self._evaluate(batch, "val")
 
     def test_step(self, batch, batch_idx):
-        self.keep_predictions(self._evaluate(batch, "test"))
+        rows = self._evaluate(batch, "test")
+        questions = self.vocab_words(batch["question"], batch["question_mask"])
+        self.keep_predictions({"id": r["id"], "qid": r["qid"], "question": q, **r}
+                              for r, q in zip(rows, questions))
 
     def _evaluate(self, batch, stage: str) -> list[dict]:
         out = self(batch)

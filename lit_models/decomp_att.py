@@ -575,15 +575,9 @@ class DecompAtt(AttnReproModule):
         dataset = getattr(datamodule, "datasets", {}).get(splits[dataloader_idx]) \
             if dataloader_idx < len(splits) else None
         lines = getattr(dataset, "lines", None)
-        itos = getattr(getattr(datamodule, "vocab", None), "itos", None)
         names = ("question", "answer") if "group" in batch else ("premise", "hypothesis")
-
-        def words(key: str) -> list:
-            ids = [[t for t, real in zip(row, mask) if real] for row, mask in
-                   zip(batch[key].tolist(), batch[f"{key}_mask"].tolist())]
-            return [" ".join(itos[t] for t in row) for row in ids] if itos else ids
-
-        texts = list(zip(words("premise"), words("hypothesis")))
+        texts = list(zip(*(self.vocab_words(batch[key], batch[f"{key}_mask"])
+                           for key in ("premise", "hypothesis"))))
         log_p = log_p.detach().cpu()
         rows = []
         for i, (index, gold) in enumerate(zip(batch["index"].tolist(), batch["label"].tolist())):

@@ -34,7 +34,9 @@ def test_table1_smoke_grid_runs_writes_predictions_and_reports(env, tmp_path):
         rows = read_jsonl(run_dir / "predictions-test.jsonl")
         assert [r["id"] for r in rows] == sorted(r["id"] for r in rows)
         for row in rows:
-            assert {"qid", "prediction", "answers", "correct", "exact_match", "f1"} <= set(row)
+            assert {"qid", "question", "prediction", "answers", "correct", "exact_match",
+                    "f1"} <= set(row)
+            assert isinstance(row["question"], str) and row["question"]  # the input text
             assert row["correct"] == (row["exact_match"] == 1.0)
         em = sum(r["exact_match"] for r in rows) / len(rows)
         assert values["test/exact_match"] == pytest.approx(em)  # the file is the metric's
