@@ -432,7 +432,7 @@ def test_registry_matches_the_datamodules():
     import importlib
 
     classes = {name: cls for module in ("nli", "ranking", "text", "imdb", "sst", "sva", "lm1b",
-                                        "iwslt", "wmt", "algolisp", "mlu")
+                                        "iwslt", "wmt", "algolisp", "mlu", "open_qa")
                for name, cls in vars(importlib.import_module(f"datamodules.{module}")).items()
                if name.endswith("DataModule")}
     for entry in DATASETS.values():
