@@ -24,7 +24,8 @@ RESULTS = ROOT / "results"
 
 # files a command writes whole: a hand-written footer would be lost at the next run, so the
 # file names its command itself
-WRITTEN_WHOLE = {"coda_mlu_curve.md": "(made by `python -m experiments.curves "}
+WRITTEN_WHOLE = {"coda_mlu_curve.md": "(made by `python -m experiments.curves ",
+                 "coda_mlu_study.md": "(made by `python -m experiments.curves "}
 
 PROVENANCE = ("Commit", "Command", "Machine", "Threads", "Rerun")
 
@@ -176,6 +177,30 @@ def test_provenance_reads_the_closing_section():
 
 
 # -- results/README.md: the index -----------------------------------------------------------------
+STUDY_RUNS = RESULTS / "coda_mlu_study_runs"
+
+
+@pytest.mark.slow
+def test_coda_mlu_study_curves_come_out_of_the_committed_runs(tmp_path):
+    """The CoDA decoder study's table and curves (results/coda_mlu_study.{md,csv}): the
+    command its last line names, on a copy of the committed run files, writes them to the
+    byte (into tmp_path: a test never writes into tracked files)."""
+    runs = tmp_path / "runs"
+    shutil.copytree(STUDY_RUNS, runs)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(ATTNREPRO_RUNS=str(runs), ATTNREPRO_CACHE=str(tmp_path / "cache"),
+               HOME=str(tmp_path), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    out = tmp_path / "out" / "coda_mlu_study"
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.curves", "coda_mlu", "study", "--config", "study",
+         "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert out.with_suffix(".csv").read_bytes() == (RESULTS / "coda_mlu_study.csv").read_bytes()
+    made = out.with_suffix(".md").read_text().replace(str(out), "results/coda_mlu_study")
+    assert made == (RESULTS / "coda_mlu_study.md").read_text()
+    assert (out.parent / "coda_mlu_study-gates.png").exists()  # the runs logged the gate
+
+
 def test_results_index_lists_every_file_and_nothing_else():
     """Every entry of results/ has a row; a row names an entry that exists, or one that
     ``make results`` creates at its first run."""
