@@ -335,6 +335,7 @@ def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
             dir=str(folder), mode=wandb_mode(), tags=[experiment.name, group, "summary"],
             config={"experiment": experiment.name, "grid": grid.name, "cell": None,
                     "seed": None, "grid_config": config, "title": grid.title},
+            reinit="create_new",  # its own run even if one is active in this process
             settings=wandb_settings(init_timeout=60))
         tables = {"paper_table": wandb.Table(columns=columns, data=rows,
                                              allow_mixed_types=True)}

@@ -70,6 +70,9 @@ def eager(monkeypatch):
 def compare(q, k, v, mask=None, atol=1e-10, rtol=1e-7, **options):
     """Values of M v and M and the gradients of a random cotangent of both, fast vs naive."""
     g = torch.Generator().manual_seed(7)
+    # per matrix unless asked (the functional layer wants the choice made under a mask whose
+    # rows see different keys: test_functional_centering_under_a_causal_mask_needs_...)
+    options.setdefault("center_rows", False)
     out, m = coda_fn(q, k, v, mask, **options)
     ref_out, ref_m = naive_coda(q.double(), k.double(), v.double(), mask, **options)
     torch.testing.assert_close(out.double(), ref_out, atol=atol, rtol=rtol)
@@ -560,6 +563,7 @@ def test_factors_of_figure_2_match_the_paper(options, monkeypatch):
                                                                        dtype=DT)
     mask = torch.rand(2, 1, 5, 6, generator=g) > 0.3
     monkeypatch.setattr(kernels, "BLOCK_BYTES", 64)  # several blocks of rows
+    options = {"center_rows": False, **options}  # a random mask: the rows see different keys
     got = impl.quasi_attention_factors(q, k, mask, **options)
     want = naive_factors(q, k, mask, **options)
     for a, b in zip(got, want, strict=True):

@@ -82,7 +82,8 @@ def test_transformer_figures_match_the_formula_by_hand(options):
     hooks = [mod.register_forward_hook(
         lambda m, args, kwargs, out, path=path: keep(
             inputs, path, inspect.signature(m.forward).bind(*args, **kwargs).arguments),
-        with_kwargs=True) for path, mod in model.named_modules() if path.endswith(("self_attn", "cross_attn"))]
+        with_kwargs=True)
+        for path, mod in model.named_modules() if path.endswith(("self_attn", "cross_attn"))]
     figures = CodaDiagnostics().figures(model, batch)
     assert model.training
     for hook in hooks:

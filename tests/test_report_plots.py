@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -225,17 +227,21 @@ def test_coda_gate_figure_beside_the_validation_curve(tmp_path, monkeypatch):
 def test_grid_summary_run_logs_the_figures_as_images(sentiment_runs, tmp_path, monkeypatch):
     """The grid's W&B summary run (offline) holds the paper's table and one image per
     figure of report --plot."""
-    from experiments.loggers import log_grid_summary
     from tests.wandb_records import history
 
     experiment, grid, group = sentiment_runs
-    for key in [k for k in os.environ if k.startswith("WANDB_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     (group / "imdb-coda-seed0" / "wandb").mkdir()  # a cell logged to W&B
-    log_grid_summary(experiment, grid, "smoke")
+    # in its own process, as after a grid: W&B's state in this one depends on the tests run
+    # before it in the same pytest worker
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(WANDB_MODE="offline", HOME=str(tmp_path), OMP_NUM_THREADS="1",
+               WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"))
+    code = ("from experiments.coda_sentiment import EXPERIMENT as e; "
+            "from experiments.loggers import log_grid_summary; "
+            "log_grid_summary(e, e.grid('table5'), 'smoke')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and "W&B summary run logged" in proc.stdout, proc.stderr[-3000:]
     (run_file,) = (group / "summary" / "wandb").glob("offline-run-*/run-*.wandb")
     logged = history(run_file)
     for name, caption in (("curves", "validation curves"), ("paper", "paper vs ours"),

@@ -24,14 +24,17 @@ from experiments.grid_model import RunFolderBusy, claim_run, lock_holder, run_lo
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "coda_mlu.py"
 FORK = multiprocessing.get_context("fork")  # the workers share this module's functions
+#: fresh interpreters, for what a forked worker would inherit from the tests run before it in
+#: the same pytest process (a kernel library already loaded, a compiled kernel in memory)
+SPAWN = multiprocessing.get_context("spawn")
 
 
-def at_once(worker, args_of: list[tuple], timeout: float = 300) -> list:
+def at_once(worker, args_of: list[tuple], timeout: float = 300, context=FORK) -> list:
     """Run ``worker(barrier, *args)`` in one process per ``args_of`` entry, all released
     from one barrier together; their results, in order (a worker that raised fails the test
     with its error)."""
-    barrier, results = FORK.Barrier(len(args_of)), FORK.Queue()
-    procs = [FORK.Process(target=_report, args=(results, i, worker, barrier, args))
+    barrier, results = context.Barrier(len(args_of)), context.Queue()
+    procs = [context.Process(target=_report, args=(results, i, worker, barrier, args))
              for i, args in enumerate(args_of)]
     for proc in procs:
         proc.start()
@@ -257,7 +260,7 @@ def test_two_processes_build_the_cpp_kernels_into_a_cold_cache_at_once(tmp_path)
 
     if _native.compiler() is None:
         pytest.skip("no C++ compiler")
-    first, second = at_once(build_native, [(tmp_path,), (tmp_path,)])
+    first, second = at_once(build_native, [(tmp_path,), (tmp_path,)], context=SPAWN)
     expected = [sum(abs(i * 4 + t - 1.0) for t in range(4)) for i in range(3) for _ in range(2)]
     assert first == second == expected
     assert [p.suffix for p in (tmp_path / "attnrepro_coda_l1").iterdir()] == [".so"]
@@ -281,7 +284,7 @@ def compile_kernel(barrier, cache: Path) -> bool:
 def test_two_processes_compile_a_kernel_into_a_cold_inductor_cache_at_once(tmp_path):
     """Inductor's own cache (its writes go through temporary files and locks): both
     processes compile the CoDA L1 block kernel and compute it right."""
-    assert at_once(compile_kernel, [(tmp_path,), (tmp_path,)]) == [True, True]
+    assert at_once(compile_kernel, [(tmp_path,), (tmp_path,)], context=SPAWN) == [True, True]
 
 
 # -- W&B offline folders ----------------------------------------------------------------------
