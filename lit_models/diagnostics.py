@@ -90,7 +90,7 @@ def _query_mask(label: str, batch: dict) -> Tensor | None:
     """(B, Lq) real query positions of a module, where the batch tells them."""
     if label.startswith("encoder"):
         return batch.get("src_mask", batch.get("mask"))
-    if label.startswith("decoder") or "decoder" in label:
+    if "decoder" in label:  # decoder.<l>.self / .cross, an RNN decoder's attention
         return batch.get("tgt_mask", batch.get("mask"))
     return None
 

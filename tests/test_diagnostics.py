@@ -14,7 +14,7 @@ from attention import build
 from lit_models.decomp_att import DecompAtt
 from lit_models.diagnostics import FIGURES, CodaDiagnostics, module_label
 from lit_models.transformer import TransformerSeq2Seq
-from tests.conftest import ROOT, run
+from tests.conftest import ROOT, heads, run
 
 DT = torch.float64
 
@@ -98,8 +98,7 @@ def test_transformer_figures_match_the_formula_by_hand(options):
         query, key_value, key_mask = call["query"], call["key_value"], call["key_mask"]
         causal = call.get("causal", False)
         mha = model.get_submodule(path)
-        heads = lambda x: x.view(x.shape[0], x.shape[1], 2, 8).transpose(1, 2)  # noqa: E731
-        q, k = heads(mha.q_proj(query)), heads(mha.k_proj(key_value))
+        q, k = heads(mha.q_proj(query), 2), heads(mha.k_proj(key_value), 2)
         lq, lk = q.shape[2], k.shape[2]
         valid = key_mask[:, None, None, :].expand(3, 2, lq, lk).clone()
         if causal:
@@ -133,8 +132,7 @@ def test_encoder_centred_per_matrix_by_hand():
         model.eval()
         model(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"])
     hook.remove()
-    heads = lambda t: t.view(3, 5, 2, 8).transpose(1, 2)  # noqa: E731
-    q, k = heads(mha.q_proj(x["in"])), heads(mha.k_proj(x["in"]))
+    q, k = heads(mha.q_proj(x["in"]), 2), heads(mha.k_proj(x["in"]), 2)
     s = 1 / math.sqrt(8)
     gates, shut = [], []
     for bi in range(3):
