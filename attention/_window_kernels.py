@@ -47,8 +47,9 @@ bfloat16 and float16 inputs (autocast, or a model cast to them) are computed in 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
@@ -57,6 +58,9 @@ from torch.autograd.function import once_differentiable
 from attention import _window_rows_ext as rows_ext
 from attention._compiled import Compiled
 from attention._tiling import MaskTiles, apply_float32, dropout_keep, without_autocast
+
+if TYPE_CHECKING:  # (attention.window imports this module)
+    from attention.window import window
 
 #: bytes of one (N, rows, Lk) block of scores; a block step holds about a dozen of them
 BLOCK_BYTES = 2 << 20
@@ -201,10 +205,11 @@ def tiles(n: int, lq: int, lk: int, element_size: int, heads: int = 1) -> list[T
 
 
 class Options(NamedTuple):
-    variant: str  # "aw" | "mw"
-    segment_size: int
-    boundary_scale: float | str  # a constant or "length"
-    scale: float  # of the global (and AW local) scores, 1/sqrt(d)
+    """One call's options: the window's settings (variant, segment_size, boundary_scale)
+    read from the :class:`attention.window.window` flag the core holds, where they are held
+    once, beside what belongs to the call.  The scores' scale 1/sqrt(d) follows from q."""
+
+    settings: window
     dropout: float
     need_weights: bool
     batch: tuple[int, ...]  # (B, H): the mask broadcasts to (B, H, Lq, Lk)
@@ -249,16 +254,19 @@ class Rows:
     """The score tiles of one call; each method's temporaries die with it."""
 
     def __init__(self, x: Inputs, mask: Tensor | None, opt: Options):
-        self.x, self.opt = x, opt
+        self.x, self.opt, self.settings = x, opt, opt.settings
+        #: of the global (and AW local) scores
+        self.scale = 1.0 / math.sqrt(x.q.shape[-1])
         n, lq, lk = x.q.shape[0], x.q.shape[1], x.k.shape[1]
         self.masks = MaskTiles(mask, opt.batch, n, lq, lk)
         heads = 1 if x.w is None else x.w.shape[1]
         self.tiles = tiles(n, lq, lk, x.q.element_size(), heads)
         self.start = self.end = None
-        if opt.segment_size > 1:
+        segment = self.settings.segment_size
+        if segment > 1:
             j = torch.arange(lk, device=x.q.device)
-            self.start = j - j % opt.segment_size
-            self.end = (self.start + opt.segment_size - 1).clamp(max=lk - 1)
+            self.start = j - j % segment
+            self.end = (self.start + segment - 1).clamp(max=lk - 1)
         #: the C++ row kernels take the tiles (else the compiled expressions)
         self.native = rows_ext.supports(x.q)
         self.w = None
@@ -331,8 +339,8 @@ class Rows:
 
     def boundary_scale(self, mb: Tensor | None) -> Tensor | float:
         """The boundary scores' multiplier for the tile's rows: a float or (n, r, 1)."""
-        if self.opt.boundary_scale != "length":
-            return float(self.opt.boundary_scale)
+        if self.settings.boundary_scale != "length":
+            return float(self.settings.boundary_scale)
         if mb is None:
             return float(self.x.k.shape[1])
         return mb.sum(-1, keepdim=True).to(self.x.q.dtype)
@@ -340,7 +348,7 @@ class Rows:
     def scores(self, t: Tile, mb: Tensor | None) -> Scores:
         x, n, rows, r = self.x, t.n, t.rows, t.rows.stop - t.rows.start
         s = self.boundary_scale(mb)
-        qs = x.q[n, rows] * self.opt.scale
+        qs = x.q[n, rows] * self.scale
         kt = self._t(n, "k", x.k)
         stacked_rows = stacked = None
         if self.w is not None:  # paper: [q; q W_l s; q W_r s] k^T in one matmul
@@ -356,7 +364,7 @@ class Rows:
             sl, sr = ls @ self._t(n, "lk", x.lk), rs @ self._t(n, "rk", x.rk)
         cs = sc = None
         if x.cq is not None:
-            cs = x.cq[n, rows] * self.opt.scale
+            cs = x.cq[n, rows] * self.scale
             sc = cs @ self._t(n, "ck", x.ck)
         return Scores(qs, ls, rs, cs, sg, sl, sr, sc, s, stacked_rows, stacked)
 
@@ -380,7 +388,7 @@ class Rows:
             rows_ext.forward(c.sg, c.sl, c.sr, c.sc, mb, self.start, self.end, a=a_out,
                              ad=c.sg, keep=keep)
             return c.sg
-        if self.opt.variant == "aw":
+        if self.settings.variant == "aw":
             a = _run(KERNELS["aw"][0], c.sg, c.sl, c.sr, c.sc, mb, self.start, self.end)
         else:
             a = _run(KERNELS["mw"][0], c.sg, c.sl, c.sr, mb, self.start, self.end)
@@ -404,7 +412,7 @@ class Rows:
             return a, c.sg, c.sl, c.sr, c.sc
         if dkeep is not None:
             da = da * dkeep
-        if self.opt.variant == "aw":
+        if self.settings.variant == "aw":
             a, dsg, dsl, dsr, dsc = _run(KERNELS["aw"][1], c.sg, c.sl, c.sr, c.sc, mb,
                                          self.start, self.end, da)
         else:
@@ -421,7 +429,7 @@ class Rows:
     def backward(self, t: Tile, g: Grads, seed: int, g_out: Tensor | None,
                  g_weights: Tensor | None) -> None:
         """Add a tile's share to the input gradients ``g``."""
-        x, opt, n, rows = self.x, self.opt, t.n, t.rows
+        x, n, rows = self.x, t.n, t.rows
         mb = self.masks(t.n, t.rows)
         c = self.scores(t, mb)
         keep = self.keep(t, seed)
@@ -454,13 +462,13 @@ class Rows:
             if g.q is not None or g.w is not None:
                 d_rows = c.stacked @ k  # dL/d(qs, ls, rs) (n, 3r, d)
                 if g.q is not None:
-                    gq = d_rows[:, :r] * opt.scale
+                    gq = d_rows[:, :r] * self.scale
                 d_lr = _scaled(torch.cat([d_rows[:, r:2 * r], d_rows[:, 2 * r:]], -1), c.scale)
                 share = self.boundary_grads(t, d_lr, g)  # dL/d(q W) (n, r, 2e)
                 if share is not None:
                     gq += share
         else:
-            gq = (dsg @ k) * opt.scale if g.q is not None else None
+            gq = (dsg @ k) * self.scale if g.q is not None else None
             if g.k is not None:
                 _acc(g.k[n], dsg.transpose(1, 2), c.qs, first)
             for dsb, side_k, grad_q, grad_k, scaled in (
@@ -471,7 +479,7 @@ class Rows:
                     _acc(grad_k[n], dsb.transpose(1, 2), scaled, first)
         if dsc is not None:
             if g.cq is not None:
-                g.cq[n, rows] = (dsc @ x.ck[n]) * opt.scale
+                g.cq[n, rows] = (dsc @ x.ck[n]) * self.scale
             if g.ck is not None:
                 _acc(g.ck[n], dsc.transpose(1, 2), c.cs, first)
         if gq is not None:

@@ -314,7 +314,7 @@ class WindowMultiHead(_FlagOptions, MultiHeadCore):
     def _fused(self, q, k, v, mask, need_weights, query_input, key_input):
         """The memory-bounded path (:mod:`attention._window_kernels`): blocks of query rows,
         every (Lq, Lk) block recomputed in the backward pass."""
-        b, h, lq, d = q.shape
+        b, h, lq, _ = q.shape
         lk = k.shape[-2]
 
         def flat(t: Tensor | None) -> Tensor | None:  # (B, H, L, e) -> (B * H, L, e)
@@ -330,11 +330,9 @@ class WindowMultiHead(_FlagOptions, MultiHeadCore):
         if self.variant == "aw":
             cq = _split_heads(self.local.query(query_input), 1, h).squeeze(1)  # (B,H,Lq,dh)
             cq, ck = flat(cq), flat(self.local.keys(key_input))
-        opt = kernels.Options(
-            variant=self.variant, segment_size=self.segment_size,
-            boundary_scale=self.boundary_scale, scale=1.0 / math.sqrt(d),
-            dropout=self.dropout if self.training else 0.0, need_weights=need_weights,
-            batch=(b, h))
+        opt = kernels.Options(settings=self.options,
+                              dropout=self.dropout if self.training else 0.0,
+                              need_weights=need_weights, batch=(b, h))
         inputs = kernels.Inputs(flat(q), flat(k), flat(v), w, lq_, lk_, rq, rk, cq, ck)
         out, weights = kernels.window_attention(inputs, mask, opt)
         out = out.view(b, h, lq, v.shape[-1])

@@ -541,9 +541,9 @@ def test_switched_off_by_the_environment():
     """ATTNREPRO_WINDOW_CPP=0 turns the window's C++ kernels off (CoDA's stay on), the fused
     path then takes the expressions; ATTNREPRO_COMPILE=0 turns both off."""
     code = ("import torch; from attention import _coda_l1_ext as c, _window_rows_ext as w\n"
-            "from attention import _window_kernels as k\n"
+            "from attention import _window_kernels as k, window\n"
             "x = k.Inputs(*(torch.zeros(2, 3, 4),) * 3, *(None,) * 7)\n"
-            "opt = k.Options('mw', 1, 1.0, 0.5, 0.0, False, (2, 1))\n"
+            "opt = k.Options(window.window('mw'), 0.0, False, (2, 1))\n"
             "print(w.LIBRARY.enabled, c.LIBRARY.enabled, k.Rows(x, None, opt).native)")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {key: value for key, value in os.environ.items()
