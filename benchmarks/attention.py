@@ -527,9 +527,8 @@ def _fmt(x: float | None, digits: int = 1) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    from attention import REGISTRY
-
+def _parser() -> argparse.ArgumentParser:
+    """The command line (its help: the module docstring's first paragraph)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object per line")
@@ -559,17 +558,17 @@ def main(argv: list[str] | None = None) -> int:
                              "one process, taking turns ROUNDS times, and give each time ratio "
                              "a paired 95%% interval; tensor memory only (no resident set)")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: measure one JSON case
-    args = parser.parse_args(argv)
-    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
-    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 5)
-    if args.case:
-        print(json.dumps(measure(json.loads(args.case), warmup, repeats, args.threads)))
-        return 0
-    names = list(REGISTRY) if not args.mechanisms else args.mechanisms.split(",")
-    unknown = [n for n in names if n not in REGISTRY]
+    return parser
+
+
+def _selection(parser: argparse.ArgumentParser, args: argparse.Namespace, registry: dict):
+    """(mechanism names, multihead lengths, sizes, contexts) of the flags; a mechanism not in
+    ``registry``, an unknown context or a malformed length is the parser's error."""
+    names = list(registry) if not args.mechanisms else args.mechanisms.split(",")
+    unknown = [n for n in names if n not in registry]
     if unknown:
         parser.error(f"unknown mechanism(s) {', '.join(unknown)}; registered: "
-                     f"{', '.join(REGISTRY)}")
+                     f"{', '.join(registry)}")
     sizes = QUICK if args.quick else FULL
     lengths = sizes["lengths"]
     if args.lengths:
@@ -581,47 +580,76 @@ def main(argv: list[str] | None = None) -> int:
     if not set(contexts) <= set(CONTEXT_ORDER):
         parser.error(f"--contexts expects a subset of {','.join(CONTEXT_ORDER)}, got "
                      f"{args.contexts!r}")
-    if args.profile:
-        for case in cases(names, lengths, sizes, contexts):
-            print(f"== {case['mechanism']} {case['context']} L={case['L']} "
-                  f"({args.threads} threads, {repeats} runs)", flush=True)
-            print(profile(case, warmup, repeats, args.threads), flush=True)
-        return 0
+    return names, lengths, sizes, contexts
+
+
+def _measured(args: argparse.Namespace, names, lengths, sizes, contexts, warmup: int,
+              repeats: int):
+    """The rows of the cases, as they are measured: one process per case or in-process
+    (:func:`run`), or interleaved (:func:`run_interleaved`)."""
     isolate = (not args.quick) if args.isolate is None else args.isolate
     wait_quiet = args.wait_quiet if args.wait_quiet is not None else (0.0 if args.quick
                                                                       else 60.0)
-    if args.interleave is not None and args.interleave < 1:
-        parser.error(f"--interleave expects a number of rounds >= 1, got {args.interleave}")
-    rows, load_before = [], _load()
-    measured = (run(names, lengths, sizes, isolate=isolate, warmup=warmup, repeats=repeats,
-                    threads=args.threads, contexts=contexts, timeout=args.timeout,
-                    wait_quiet=wait_quiet) if args.interleave is None
-                else run_interleaved(names, lengths, sizes, warmup=warmup,
-                                     rounds=args.interleave, threads=args.threads,
-                                     contexts=contexts, wait_quiet=wait_quiet))
-    for row in measured:
-        rows.append(row)
-        if args.json:
-            print(json.dumps(row), flush=True)
-        elif not args.markdown:
-            print(f"{row['mechanism']:>10} {row['context']:>12} L={row['L']:<5} "
-                  + (f"failed: {row['error']}" if "error" in row else
-                     f"{_fmt(row['fwd_bwd_ms'])} ms  {_fmt(row['peak_mb'])} MB  "
-                     f"x{_time_ratio(row)} time  "
-                     f"x{_fmt(row['ratio_mem_vs_softmax'], 2)} memory  "
-                     f"x{_fmt(row.get('ratio_alloc_vs_softmax'), 2)} tensor memory"),
-                  flush=True)
-    if args.markdown:
-        command = "python -m benchmarks.attention " + " ".join(argv if argv is not None
-                                                                else sys.argv[1:])
-        write_atomic(args.markdown, markdown(rows, command, args.threads,
-                                             (load_before, _load())))
+    if args.interleave is None:
+        return run(names, lengths, sizes, isolate=isolate, warmup=warmup, repeats=repeats,
+                   threads=args.threads, contexts=contexts, timeout=args.timeout,
+                   wait_quiet=wait_quiet)
+    return run_interleaved(names, lengths, sizes, warmup=warmup, rounds=args.interleave,
+                           threads=args.threads, contexts=contexts, wait_quiet=wait_quiet)
+
+
+def _text_row(row: dict) -> str:
+    """A measured row as one line of plain text (neither --json nor --markdown)."""
+    return (f"{row['mechanism']:>10} {row['context']:>12} L={row['L']:<5} "
+            + (f"failed: {row['error']}" if "error" in row else
+               f"{_fmt(row['fwd_bwd_ms'])} ms  {_fmt(row['peak_mb'])} MB  "
+               f"x{_time_ratio(row)} time  "
+               f"x{_fmt(row['ratio_mem_vs_softmax'], 2)} memory  "
+               f"x{_fmt(row.get('ratio_alloc_vs_softmax'), 2)} tensor memory"))
+
+
+def _failures(rows: list[dict]) -> int:
+    """Report the failed cases on stderr; the exit status: 1 if any failed other than by
+    timing out, else 0."""
     failed = [r for r in rows if "error" in r]
     for r in failed:
         print(f"benchmark failed: {r['mechanism']} {r['context']} L={r['L']}: {r['error']}",
               file=sys.stderr)
     return 1 if any(not r.get("timed_out") for r in failed) else 0
 
+
+def main(argv: list[str] | None = None) -> int:
+    from attention import REGISTRY
+
+    parser = _parser()
+    args = parser.parse_args(argv)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 5)
+    if args.case:
+        print(json.dumps(measure(json.loads(args.case), warmup, repeats, args.threads)))
+        return 0
+    names, lengths, sizes, contexts = _selection(parser, args, REGISTRY)
+    if args.profile:
+        for case in cases(names, lengths, sizes, contexts):
+            print(f"== {case['mechanism']} {case['context']} L={case['L']} "
+                  f"({args.threads} threads, {repeats} runs)", flush=True)
+            print(profile(case, warmup, repeats, args.threads), flush=True)
+        return 0
+    if args.interleave is not None and args.interleave < 1:
+        parser.error(f"--interleave expects a number of rounds >= 1, got {args.interleave}")
+    rows, load_before = [], _load()
+    for row in _measured(args, names, lengths, sizes, contexts, warmup, repeats):
+        rows.append(row)
+        if args.json:
+            print(json.dumps(row), flush=True)
+        elif not args.markdown:
+            print(_text_row(row), flush=True)
+    if args.markdown:
+        command = "python -m benchmarks.attention " + " ".join(argv if argv is not None
+                                                                else sys.argv[1:])
+        write_atomic(args.markdown, markdown(rows, command, args.threads,
+                                             (load_before, _load())))
+    return _failures(rows)
 
 if __name__ == "__main__":
     sys.exit(main())
