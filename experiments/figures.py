@@ -621,20 +621,31 @@ def coda_anatomy(steps: int = ANATOMY_STEPS, out: Path | None = None) -> dict:
     out = out or study_dir("coda_anatomy")
     out.mkdir(parents=True, exist_ok=True)
     every = max(1, steps // ANATOMY_RECORDS)
-    summary: dict = {"steps": steps, "diagnostics every": every, "decomp": {}, "mlu": {}}
+    pairs, decomp = decomp_anatomy(steps, every, out)
+    problem, mlu = mlu_anatomy(steps, every, out)
+    summary = {"steps": steps, "diagnostics every": every, "decomp": decomp, "mlu": mlu}
+    (out / "anatomy_summary.json").write_text(json.dumps(summary, indent=1))
+    return {"pairs": pairs, "problem": problem, "summary": summary, "out": out}
 
+
+def decomp_anatomy(steps: int, every: int, out: Path) -> tuple[list[dict], dict]:
+    """The DecompAtt half of :func:`coda_anatomy`: each ``ANATOMY_DECOMP`` setting trained
+    ``steps`` with the gate diagnostics every ``every``; draws the gates over training and
+    the drawn pairs (:func:`draw_decomp_pairs`) under ``out``.  (The drawn pairs, setting ->
+    its summary.)"""
     snli, held_out = snli_prefix(lowercase=True)
     pairs = [decomp_pairs(snli)[i] for i in ANATOMY_PAIRS]
+
+    def factors(m):
+        return [{k: v.reshape(len(p["premise"]), len(p["hypothesis"]))
+                 for k, v in m.alignment_factors(p["batch"]).items()} for p in pairs]
+
     views: dict = {}
     histories: dict = {}
+    summary: dict = {}
     for setting, attention in ANATOMY_DECOMP.items():
         L.seed_everything(0, verbose=False)
         model = decomp_model(snli, attention=attention)
-
-        def factors(m):
-            return [{k: v.reshape(len(p["premise"]), len(p["hypothesis"]))
-                     for k, v in m.alignment_factors(p["batch"]).items()} for p in pairs]
-
         views[(setting, "initialisation")] = evaluated(factors, model)
         diagnostics = CodaDiagnostics(every_n_steps=every)
         train_briefly(model, snli, steps, [diagnostics])
@@ -642,13 +653,20 @@ def coda_anatomy(steps: int = ANATOMY_STEPS, out: Path | None = None) -> dict:
         accuracy = evaluated(lambda m: float(
             (m.log_probs(held_out).argmax(-1) == held_out["label"]).float().mean()), model)
         histories[setting] = gate_history(diagnostics.history)
-        summary["decomp"][setting] = {
+        summary[setting] = {
             "held-out accuracy": accuracy, "gates": histories[setting],
             "M < -0.01 in the drawn pairs": {
                 stage: negative_share(torch.cat([v["M"].flatten() for v in views[(s, stage)]]))
                 for s, stage in views if s == setting}}
     save(gate_figure(histories, f"DecompAtt + CoDA on SNLI: the gate over {steps} steps"),
          out / "anatomy_gates_decomp.png")
+    draw_decomp_pairs(views, pairs, out)
+    return pairs, summary
+
+
+def draw_decomp_pairs(views: dict, pairs: list[dict], out: Path) -> None:
+    """``anatomy_decomp_pair<i>.png``: tanh(E), sigmoid(N) and M of each drawn pair, a row
+    per (setting, stage) of ``views`` (the initialisation of the first setting only)."""
     limits = {"tanh(E)": dict(limits=(-1, 1), diverging=True),
               "sigmoid(N)": dict(limits=(0, 1), diverging=False),
               "M": dict(limits=(-1, 1), diverging=True)}
@@ -664,13 +682,19 @@ def coda_anatomy(steps: int = ANATOMY_STEPS, out: Path | None = None) -> dict:
                                column_label="hypothesis"),
              out / f"anatomy_decomp_pair{i}.png")
 
+
+def mlu_anatomy(steps: int, every: int, out: Path) -> tuple[tuple[list[str], list[str]], dict]:
+    """The MLU half of :func:`coda_anatomy`: each ``ANATOMY_MLU`` setting trained ``steps``
+    with the gate diagnostics every ``every``; draws the drawn problem's cross-attention M
+    and the gates over training under ``out``.  ((the problem's source and decoder input
+    tokens), setting -> its summary.)"""
     mlu = mlu_small()
     val = mlu.datasets["val"]
     held = mlu.collate(val, list(range(len(val))))
     one = mlu.collate(val, [ANATOMY_PROBLEM])
     src = [mlu.vocab.itos[i] for i in one["src"][0].tolist()]
     tgt = [mlu.vocab.itos[i] for i in one["tgt_in"][0].tolist()]
-    maps, histories = {}, {}
+    maps, histories, summary = {}, {}, {}
     for setting in ANATOMY_MLU:
         L.seed_everything(0, verbose=False)
         model = mlu_transformer(setting, mlu)
@@ -682,7 +706,7 @@ def coda_anatomy(steps: int = ANATOMY_STEPS, out: Path | None = None) -> dict:
         for layer, m in enumerate(cross):
             maps[(setting, f"layer {layer}, head 0")] = m[0]
         histories[setting] = gate_history(diagnostics.history)
-        summary["mlu"][setting] = {
+        summary[setting] = {
             "teacher-forced token accuracy (64 held out)": evaluated(
                 lambda m: token_accuracy(m, held), model),
             "cross-attention M < -0.01 (drawn problem)": negative_share(torch.stack(cross)),
@@ -694,9 +718,7 @@ def coda_anatomy(steps: int = ANATOMY_STEPS, out: Path | None = None) -> dict:
          out / "anatomy_mlu_cross.png")
     save(gate_figure(histories, f"MLU CoDA Transformer: the gate over {steps} steps"),
          out / "anatomy_gates_mlu.png")
-    (out / "anatomy_summary.json").write_text(json.dumps(summary, indent=1))
-    return {"pairs": pairs, "problem": (src, tgt), "summary": summary, "out": out}
-
+    return (src, tgt), summary
 
 # -- the committed results: report's tables and report --plot's figures --------------------------
 @contextmanager
