@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import numbers
 import os
@@ -18,6 +19,10 @@ from datetime import datetime
 from pathlib import Path
 
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+from fileio import write_atomic
 
 from experiments.grid_model import Experiment, Grid, cell_runs, group_name, runs_root
 from experiments.report import claims_table, summary_table
@@ -108,10 +113,8 @@ def make_loggers(experiment: Experiment, run, model, config, subcommand: str = "
     if resumed and resumed["run_dir"] == run_dir.resolve():
         # the CSV logger deletes the folder's metrics.csv: keep the rows before the checkpoint
         earlier_rows = metrics_before(run_dir / "metrics.csv", resumed["global_step"])
-    loggers = [start_csv_logger(CSVLogger(save_dir=save_dir, name=run.group, version=name))]
-    if earlier_rows:
-        writer = loggers[0].experiment
-        writer.metrics = earlier_rows + writer.metrics
+    loggers = [start_csv_logger(RunCSVLogger(save_dir=save_dir, name=run.group, version=name,
+                                             earlier_rows=earlier_rows))]
     if run.wandb:
         tags = [experiment.name, run.group] + [m.tag() for m in getattr(model, "mechanisms",
                                                                         {}).values()]
@@ -160,6 +163,52 @@ def metrics_before(path: Path, global_step: int) -> list[dict]:
                 rows.append({k: float(v) if k != "epoch" and k != "step" else int(float(v))
                              for k, v in row.items() if v not in ("", None)})
     return rows
+
+
+class AtomicMetricsWriter(ExperimentWriter):
+    """Lightning's CSV writer, but ``metrics.csv`` is replaced whole (:func:`fileio.write_atomic`)
+    at every save instead of appended to or rewritten in place: a run stopped at any moment
+    (SIGTERM during a save) leaves the file of its previous save, never a half-written row or
+    a header rewrite that lost the rows.  The same bytes as Lightning's writer (sorted columns,
+    csv's ``\\r\\n`` rows).  ``earlier_rows``: a resumed fit's rows before its checkpoint
+    (:func:`metrics_before`); the folder's file is then kept until the first save replaces it,
+    where Lightning's writer deletes it at once (a stop before that save lost them)."""
+
+    def __init__(self, log_dir: str, earlier_rows: list[dict] | None = None) -> None:
+        self.rows: list[dict] = list(earlier_rows or [])  # every row of the file, in order
+        super().__init__(log_dir=log_dir)
+
+    def _check_log_dir_exists(self) -> None:
+        if not self.rows:  # a new run: Lightning's warning and deletion of an earlier file
+            super()._check_log_dir_exists()
+
+    def save(self) -> None:
+        if not self.metrics:
+            return
+        self.rows += self.metrics
+        self.metrics = []
+        self.metrics_keys = sorted(set().union(*self.rows))
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=self.metrics_keys)
+        writer.writeheader()
+        writer.writerows(self.rows)
+        write_atomic(self.metrics_file_path, text.getvalue().encode())
+
+
+class RunCSVLogger(CSVLogger):
+    """Lightning's CSVLogger writing through :class:`AtomicMetricsWriter`."""
+
+    def __init__(self, *args, earlier_rows: list[dict] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._earlier_rows = earlier_rows
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> AtomicMetricsWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = AtomicMetricsWriter(self.log_dir, self._earlier_rows)
+        return self._experiment
 
 
 def start_csv_logger(logger):

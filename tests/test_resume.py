@@ -16,7 +16,7 @@ import torch
 
 from datamodules.common import BucketBatchSampler, bucketed_loader
 from experiments.launch import latest_checkpoint
-from experiments.loggers import metrics_before
+from experiments.loggers import AtomicMetricsWriter, metrics_before
 from lit_models.base import random_states, set_random_states
 from tests.conftest import last_values, run
 
@@ -79,6 +79,58 @@ def test_metrics_before_keeps_the_rows_logged_before_the_checkpoint(tmp_path):
     assert metrics_before(path, 10) == [{"epoch": 0, "step": 4, "train/loss": 2.5},
                                         {"epoch": 0, "step": 9, "val/loss": 2.4}]
     assert metrics_before(tmp_path / "none.csv", 10) == []
+
+
+def _log(writer, rows):
+    for step, metrics in rows:
+        writer.log_metrics(metrics, step)
+        writer.save()
+
+
+ROWS = [(4, {"train/loss": 2.5, "epoch": 0}), (9, {"val/loss": 2.4, "epoch": 0}),
+        (14, {"train/loss": 2.125, "epoch": 1, "coda/gate": 0.5})]  # a new column at 14
+
+
+def test_the_atomic_metrics_writer_writes_lightnings_bytes(tmp_path):
+    from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+    _log(ExperimentWriter(str(tmp_path / "lightning")), ROWS)
+    _log(AtomicMetricsWriter(str(tmp_path / "ours")), ROWS)
+    ours = (tmp_path / "ours" / "metrics.csv").read_bytes()
+    assert ours == (tmp_path / "lightning" / "metrics.csv").read_bytes()
+    assert ours.count(b"\r\n") == 4 and b"coda/gate" in ours.split(b"\r\n")[0]
+
+
+def test_a_save_stopped_midway_leaves_the_previous_file(tmp_path, monkeypatch):
+    import os
+
+    writer = AtomicMetricsWriter(str(tmp_path))
+    _log(writer, ROWS[:2])
+    before = (tmp_path / "metrics.csv").read_bytes()
+
+    def stopped(*args):
+        raise KeyboardInterrupt  # what a signal raised during the save does
+
+    monkeypatch.setattr(os, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        _log(writer, ROWS[2:])
+    assert (tmp_path / "metrics.csv").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.csv"]  # no temporary left
+
+
+def test_a_resumed_writer_keeps_the_earlier_file_until_it_saves_them_with_the_new_rows(
+        tmp_path):
+    _log(AtomicMetricsWriter(str(tmp_path / "full")), ROWS)
+    path = tmp_path / "run" / "metrics.csv"
+    path.parent.mkdir()
+    path.write_bytes((tmp_path / "full" / "metrics.csv").read_bytes())
+    writer = AtomicMetricsWriter(str(path.parent), metrics_before(path, 10))
+    assert path.read_bytes() == (tmp_path / "full" / "metrics.csv").read_bytes()  # kept
+    _log(writer, ROWS[2:])
+    assert path.read_bytes() == (tmp_path / "full" / "metrics.csv").read_bytes()
+    with pytest.warns(UserWarning, match="will be deleted"):  # a new run: Lightning's way
+        fresh = AtomicMetricsWriter(str(path.parent))
+    assert not path.exists() and fresh.rows == []
 
 
 def test_latest_checkpoint_prefers_last_then_the_highest_step(tmp_path):
