@@ -18,14 +18,13 @@ import warnings
 from datetime import datetime
 from pathlib import Path
 
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-
-from fileio import write_atomic
 
 from experiments.grid_model import Experiment, Grid, cell_runs, group_name, runs_root
 from experiments.report import claims_table, summary_table
+from fileio import write_atomic
 
 
 def wandb_project() -> str:
