@@ -1,7 +1,8 @@
 """Shared fixtures and helpers: the real published data at ../shared/data (skipped with a
 reason when absent), float64 defaults and the head split for formula tests, the registry's
-mechanisms per context, the perturbed hypotheses of the BLEU tests, and running the
-experiment scripts end to end.
+mechanisms per context, the perturbed hypotheses of the BLEU tests, running the
+experiment scripts end to end, and the bad-data tests' private cache and the valid lines
+they share.
 
 Plain helpers are imported (``from tests.conftest import heads``); fixtures are found by
 pytest."""
@@ -147,3 +148,64 @@ def break_native_library(monkeypatch, tmp_path: Path, library) -> None:
     monkeypatch.setattr(library, "_failed", False)
     monkeypatch.setattr(library, "enabled", True)
     monkeypatch.setattr(_compiled, "COMPILE", True)
+
+
+# -- bad data files (tests/test_bad_data_*.py) ----------------------------------------------------
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """A cache of one's own under tmp_path.  A file uses it for every test with
+    ``pytestmark = pytest.mark.usefixtures("private_cache")``."""
+    monkeypatch.setenv("ATTNREPRO_CACHE", str(tmp_path / "cache"))
+
+
+# The valid lines of the published formats (the first lines of the real files, shortened)
+# that more than one of the bad-data files writes.
+
+
+def snli(label: str = "neutral", **fields) -> str:
+    """An SNLI 1.0 JSON line (the first dev pair, its keys as published), ``fields`` changed
+    (None: left out)."""
+    record = {"gold_label": label,
+              "sentence1": "Two women are embracing while holding to go packages.",
+              "sentence1_binary_parse": "( ( Two women ) ( ( are embracing ) . ) )",
+              "sentence2": "The sisters are hugging goodbye.",
+              "sentence2_binary_parse": "( ( The sisters ) ( ( are ( hugging goodbye ) ) . ) )"}
+    record.update(fields)
+    return json.dumps({k: v for k, v in record.items() if v is not None})
+
+
+def dnli(n: int = 1, label: str = "positive", **fields) -> dict:
+    record = {"id": f"dev_{n}", "dtype": "have_x", "label": label,
+              "sentence1": "i have a bike at home .", "sentence2": "i own a bike ."}
+    record.update(fields)
+    return {k: v for k, v in record.items() if v is not None}
+
+
+DNLI = json.dumps([dnli(1), dnli(2, "negative")])
+SST_TREES = ["(3 (2 It) (4 (2 's) (4 (3 (2 a) (4 lovely)) (2 film))))",
+             "(1 (2 (1 No) (2 one)) (1 (2 goes) (2 .)))"]
+LINZEN = ["VBP\tsince NNP models", "VBZ\tthe type and only species"]
+LM1B = ["The U.S. Centers for Disease Control and Prevention initially advised school systems",
+        "When I was a kid , I liked football ."]
+IWSLT_EN = ["How can I speak in 10 minutes about the bonds of women ?",
+            "This is not a finished story ."]
+IWSLT_VI = ["Làm sao tôi có thể trình bày trong 10 phút ?", "Đây không phải là một câu chuyện "
+            "đã kết thúc ."]
+STANFORD_VOCAB = ["<unk>", "<s>", "</s>", "Rachel", ":"]
+GLOVE = ["the 0.1 0.2 0.3", "film -0.5 0.25 1e-3"]
+
+
+def lines(*rows: str) -> str:
+    return "".join(row + "\n" for row in rows)
+
+
+def write_iwslt(folder: Path, val: tuple[str, str] | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for lang, sentences in (("en", IWSLT_EN), ("vi", IWSLT_VI)):
+        words = sorted({w for s in sentences for w in s.split()})
+        (folder / f"vocab.{lang}").write_text(lines(*STANFORD_VOCAB[:3], *words))
+        (folder / f"train.{lang}").write_text(lines(*sentences))
+        (folder / f"tst2012.{lang}").write_text(lines(*sentences))
+    if val is not None:
+        (folder / "tst2012.en").write_text(val[0])
+        (folder / "tst2012.vi").write_text(val[1])

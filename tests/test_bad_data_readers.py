@@ -1,23 +1,20 @@
-"""Bad input across every reader and DataModule (issue 16, item 4, and the DataModule part of
-item 5): an empty file, a truncated last line, wrong columns or keys, bytes that are not
-UTF-8, parallel files of different lengths, a label outside the label set, a missing file,
-a directory or an unreadable file in place of a file, and sizes below 1.  Each is one
-error naming the file, the line and what was expected (asserted in full), and the command
-prints it as its one line of error, whether the vocabulary link, the fit's ``setup`` or a
-DataModule's constructor met it.
+"""Bad input across every reader (issue 16, item 4): an empty file, a truncated last line,
+wrong columns or keys, bytes that are not UTF-8, parallel files of different lengths, a
+label outside the label set, a missing file, a directory or an unreadable file in place of a
+file.  Each is one error naming the file, the line and what was expected (asserted in full).
+What reaches the DataModules is in test_bad_data_datamodules.py, sizes below 1 in
+test_bad_data_sizes.py, the commands' one line of error in test_bad_data_commands.py.
 
 The bad files are written here, in the published formats (their valid lines are the first
-lines of the real files, shortened); no test needs ../shared/data."""
+lines of the real files, shortened; those the other bad-data tests also write are in
+tests/conftest.py); no test needs ../shared/data."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import logging
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,65 +22,45 @@ from pathlib import Path
 import pytest
 
 import datamodules.common as common
-from datamodules.algolisp import AlgoLispDataModule, read_algolisp
-from datamodules.common import DataFormatError, MissingDataFile, Vocab
-from datamodules.glove import read_glove, vocab_vectors
-from datamodules.imdb import IMDbDataModule, read_aclimdb, read_review
-from datamodules.iwslt import IWSLT15DataModule, read_stanford_vocab
-from datamodules.lm1b import LM1BDataModule, read_sentences
-from datamodules.mlu import MLUDataModule, read_problems
-from datamodules.nli import (
-    SCITAIL_SNLI_LABELS,
-    DialogueNLIDataModule,
-    MultiNLIDataModule,
-    SciTailDataModule,
-    SNLIDataModule,
-    read_dialogue_nli,
-    read_nli,
-    read_scitail_tsv,
-)
+from datamodules.algolisp import read_algolisp
+from datamodules.common import DataFormatError, MissingDataFile
+from datamodules.glove import read_glove
+from datamodules.imdb import read_aclimdb, read_review
+from datamodules.iwslt import read_stanford_vocab
+from datamodules.lm1b import read_sentences
+from datamodules.mlu import read_problems
+from datamodules.nli import SCITAIL_SNLI_LABELS, read_dialogue_nli, read_nli, read_scitail_tsv
 from datamodules.ranking import (
     WIKIQA_FILTERED_HOW,
-    TrecQADataModule,
-    UbuntuDataModule,
-    WikiQADataModule,
     read_trecqa,
     read_ubuntu,
     read_wikiqa_filtered,
     read_wikiqa_tsv,
 )
-from datamodules.sst import SSTDataModule, read_glue_sst2, read_sst_ptb
-from datamodules.sva import SVADataModule, read_linzen
+from datamodules.sst import read_glue_sst2, read_sst_ptb
+from datamodules.sva import read_linzen
 from datamodules.translation import read_parallel_lines, read_sgml_segments, read_text_pairs
-from datamodules.wmt import WMT14DataModule, WMT16EnRoDataModule
-from experiments import coda_mt, coda_nli, coda_ranking, dwin_classification
-from experiments.errors import data_error_in, unwrapped
-from tests.test_cli import error
+from datamodules.wmt import WMT14DataModule
+from tests.conftest import (
+    DNLI,
+    GLOVE,
+    IWSLT_EN,
+    IWSLT_VI,
+    LINZEN,
+    LM1B,
+    SST_TREES,
+    STANFORD_VOCAB,
+    dnli,
+    lines,
+    snli,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 BAD_BYTES = b"caf\xe9 au lait\n"  # Latin-1, not UTF-8
-UTF16_START = b"\xff\xfe["  # a file saved as UTF-16
-DEBUG_HINT = " (ATTNREPRO_DEBUG=1 shows the traceback)"
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNREPRO_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 # ----------------------------------------------------------------------------- valid lines
-
-def snli(label: str = "neutral", **fields) -> str:
-    """An SNLI 1.0 JSON line (the first dev pair, its keys as published), ``fields`` changed
-    (None: left out)."""
-    record = {"gold_label": label,
-              "sentence1": "Two women are embracing while holding to go packages.",
-              "sentence1_binary_parse": "( ( Two women ) ( ( are embracing ) . ) )",
-              "sentence2": "The sisters are hugging goodbye.",
-              "sentence2_binary_parse": "( ( The sisters ) ( ( are ( hugging goodbye ) ) . ) )"}
-    record.update(fields)
-    return json.dumps({k: v for k, v in record.items() if v is not None})
-
+# (SNLI, Dialogue NLI, SST trees, SVA, LM1B, IWSLT, GloVe: tests/conftest.py)
 
 SNLI_TXT_HEADER = ("gold_label\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\t"
                    "sentence2_parse\tsentence1\tsentence2\tcaptionID\tpairID\tlabel1\tlabel2\t"
@@ -114,26 +91,8 @@ SCITAIL_TSV = ["An introduction to atoms and elements.\tAtoms make up elements.\
                "Wavelength is the distance between two points.\tWavelength is a distance.\tentails"]
 
 
-def dnli(n: int = 1, label: str = "positive", **fields) -> dict:
-    record = {"id": f"dev_{n}", "dtype": "have_x", "label": label,
-              "sentence1": "i have a bike at home .", "sentence2": "i own a bike ."}
-    record.update(fields)
-    return {k: v for k, v in record.items() if v is not None}
-
-
-DNLI = json.dumps([dnli(1), dnli(2, "negative")])
-SST_TREES = ["(3 (2 It) (4 (2 's) (4 (3 (2 a) (4 lovely)) (2 film))))",
-             "(1 (2 (1 No) (2 one)) (1 (2 goes) (2 .)))"]
 SST2 = ["sentence\tlabel", "the expressive power of the camera \t1", "well-conceived \t1"]
-LINZEN = ["VBP\tsince NNP models", "VBZ\tthe type and only species"]
-LM1B = ["The U.S. Centers for Disease Control and Prevention initially advised school systems",
-        "When I was a kid , I liked football ."]
 MLU = ["y=691,x=-999,y*x:-690309", "y=210,x=-995,y+x:-785"]
-IWSLT_EN = ["How can I speak in 10 minutes about the bonds of women ?",
-            "This is not a finished story ."]
-IWSLT_VI = ["Làm sao tôi có thể trình bày trong 10 phút ?", "Đây không phải là một câu chuyện "
-            "đã kết thúc ."]
-STANFORD_VOCAB = ["<unk>", "<s>", "</s>", "Rachel", ":"]
 SGML = ['<srcset setid="newstest2014" srclang="any">',
         '<doc docid="10023-schwarzwaelder-bote.de" genre="news" origlang="de">',
         '<seg id="1">Gutach: Increased safety for pedestrians</seg>',
@@ -176,11 +135,6 @@ UBUNTU_EVAL_ROW = ('"anyon know whi my stock oneir export env var usernam ? __eo
 UBUNTU_TRAIN = ["Context,Utterance,Label",
                 '"i think we could import the old comment via rsync __eou__ __eot__",'
                 '"basic each xfree86 upload will not forc user to upgrad __eou__",1']
-GLOVE = ["the 0.1 0.2 0.3", "film -0.5 0.25 1e-3"]
-
-
-def lines(*rows: str) -> str:
-    return "".join(row + "\n" for row in rows)
 
 
 # ----------------------------------------------------------------------------- the readers
@@ -635,364 +589,3 @@ def test_imdb_file_names_ratings_and_folders(tmp_path):
         read_aclimdb(tmp_path, "train")
     assert str(err.value) == (f"{tmp_path / 'train' / 'neg'}: expected a folder of review files, "
                               "not a file")
-
-
-# ----------------------------------------------------------------------------- DataModules:
-# what the readers refuse reaches them, and what only a split can show
-
-
-def test_snli_no_gold_label_is_skipped_counted_and_a_warning(tmp_path, caplog):
-    """SNLI's '-' is documented: dropped and counted, at WARNING (the console shows it)."""
-    for split in ("train", "dev", "test"):
-        (tmp_path / f"snli_1.0_{split}.jsonl").write_text(lines(snli(), snli("-"), snli("-")))
-    dm = SNLIDataModule(data_dir=str(tmp_path))
-    with caplog.at_level(logging.INFO, logger="datamodules.nli"):
-        dm.setup()
-    assert dm.dropped_no_gold == {"train": 2, "val": 2, "test": 2}
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [f"snli {split} ({tmp_path / f'snli_1.0_{name}.jsonl'}): 1 pairs; dropped "
-                        "2 without gold label, 0 empty"
-                        for split, name in (("train", "train"), ("val", "dev"), ("test", "test"))]
-
-
-def test_nli_files_the_release_does_not_hold_are_named_once(tmp_path):
-    """A file of one's own that is missing (the smoke config's SNLI sample as train, val
-    and test): named once, where it was looked for, and why no download can give it (was the
-    path under the archive's folder three times)."""
-    sample = "snli_1.0_dev.first1288.jsonl"
-    dm = SNLIDataModule(data_dir=str(tmp_path), train_file=sample, val_file=sample,
-                        test_file=sample)
-    with pytest.raises(FileNotFoundError) as err:
-        dm.prepare_data()
-    assert str(err.value) == (
-        f"snli files not found: {tmp_path / sample} (nor under {tmp_path / 'snli_1.0'}); they "
-        "are not in the release https://nlp.stanford.edu/projects/snli/snli_1.0.zip: put them "
-        "there or give their folder with --data.data_dir")
-
-
-def test_nli_split_of_no_labelled_pair(tmp_path):
-    for split in ("train", "dev", "test"):
-        (tmp_path / f"snli_1.0_{split}.jsonl").write_text(lines(snli()))
-    (tmp_path / "snli_1.0_dev.jsonl").write_text(lines(snli("-")))
-    with pytest.raises(DataFormatError) as err:
-        SNLIDataModule(data_dir=str(tmp_path)).setup()
-    assert str(err.value) == (f"{tmp_path / 'snli_1.0_dev.jsonl'}: expected at least one labelled "
-                              "pair (ReadStats(examples=0, dropped_no_gold=1, dropped_empty=0))")
-
-
-def test_dnli_dev_file_that_is_a_folder(tmp_path):
-    for split in ("train", "test"):
-        (tmp_path / f"dialogue_nli_{split}.jsonl").write_text(DNLI)
-    (tmp_path / "dialogue_nli_dev.jsonl").mkdir()
-    with pytest.raises(DataFormatError) as err:
-        DialogueNLIDataModule(data_dir=str(tmp_path)).vocab_size  # noqa: B018 (reads the files)
-    assert str(err.value) == f"{tmp_path / 'dialogue_nli_dev.jsonl'}: expected a file, not a " \
-                             "directory"
-
-
-@pytest.mark.parametrize("empty", ["numpred.train", "numpred.val"])
-def test_sva_empty_split_names_its_file(tmp_path, empty):
-    """An empty training file used to be a ValueError without the file, an empty
-    validation file a split of 0 examples."""
-    for name in ("numpred.train", "numpred.val"):
-        (tmp_path / name).write_text("" if name == empty else lines(*LINZEN))
-    dm = SVADataModule(data_dir=str(tmp_path), test_file=None)
-    with pytest.raises(DataFormatError) as err:
-        dm.setup("fit")
-    assert str(err.value) == (f"{tmp_path / empty}: expected at least one line "
-                              "'VBZ|VBP<TAB>prefix'")
-
-
-def test_lm1b_empty_heldout_shard(tmp_path):
-    train = tmp_path / "training-monolingual.tokenized.shuffled"
-    heldout = tmp_path / "heldout-monolingual.tokenized.shuffled"
-    train.mkdir()
-    heldout.mkdir()
-    (train / "news.en-00001-of-00100").write_text(lines(*LM1B))
-    (heldout / "news.en.heldout-00001-of-00050").write_text("")
-    dm = LM1BDataModule(data_dir=str(tmp_path), max_train_shards=1, min_freq=1)
-    with pytest.raises(DataFormatError) as err:
-        dm.setup("fit")
-    assert str(err.value) == (f"{heldout / 'news.en.heldout-00001-of-00050'}: expected at least "
-                              "one sentence (one per line)")
-
-
-def test_sst_split_left_empty_by_binary_names_its_file(tmp_path):
-    """Every training tree neutral: ``binary`` drops them all, which is not a dataset."""
-    (tmp_path / "train.txt").write_text(lines("(2 (2 It) (2 is))"))
-    (tmp_path / "dev.txt").write_text(lines(*SST_TREES))
-    dm = SSTDataModule(data_dir=str(tmp_path), test_file="dev.txt")
-    with pytest.raises(DataFormatError) as err:
-        dm.setup("fit")
-    assert str(err.value) == f"{tmp_path / 'train.txt'}: expected at least one train example"
-
-
-def write_iwslt(folder: Path, val: tuple[str, str] | None = None) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for lang, sentences in (("en", IWSLT_EN), ("vi", IWSLT_VI)):
-        words = sorted({w for s in sentences for w in s.split()})
-        (folder / f"vocab.{lang}").write_text(lines(*STANFORD_VOCAB[:3], *words))
-        (folder / f"train.{lang}").write_text(lines(*sentences))
-        (folder / f"tst2012.{lang}").write_text(lines(*sentences))
-    if val is not None:
-        (folder / "tst2012.en").write_text(val[0])
-        (folder / "tst2012.vi").write_text(val[1])
-
-
-def test_iwslt_empty_validation_files(tmp_path):
-    """An empty validation split was a ValueError at fit's setup, 39 lines of traceback."""
-    write_iwslt(tmp_path, val=("", ""))
-    dm = IWSLT15DataModule(data_dir=str(tmp_path))
-    assert dm.src_vocab_size > 4  # the vocabularies read, as the model link does
-    with pytest.raises(DataFormatError) as err:
-        dm.setup("fit")
-    assert str(err.value) == (f"{tmp_path / 'tst2012.en'}: expected at least one of the lines of "
-                              f"a parallel corpus (it and {tmp_path / 'tst2012.vi'} are empty)")
-
-
-def test_iwslt_missing_vocabulary(tmp_path):
-    write_iwslt(tmp_path)
-    (tmp_path / "vocab.vi").unlink()
-    with pytest.raises(FileNotFoundError) as err:
-        IWSLT15DataModule(data_dir=str(tmp_path)).tgt_vocab_size  # noqa: B018
-    assert str(err.value) == (
-        "IWSLT15DataModule vocabulary file (vocab_prefix='vocab'; the Stanford release calls it "
-        "vocab.vi: https://nlp.stanford.edu/projects/nmt/data/iwslt15.en-vi/vocab.vi) not found "
-        f"at {tmp_path / 'vocab.vi'}")
-
-
-def test_translation_split_filtered_to_nothing(tmp_path):
-    """Every training pair longer than max_len: the files are fine, the split is empty."""
-    write_iwslt(tmp_path)
-    dm = IWSLT15DataModule(data_dir=str(tmp_path), max_len=2)
-    with pytest.raises(DataFormatError) as err:
-        dm.setup("fit")
-    assert str(err.value) == (
-        f"{tmp_path / 'train.en'}, {tmp_path / 'train.vi'}: expected iwslt15 train pairs left "
-        "after the length filters (max_len=2, max_ratio=None), got \"none of 2 ({'read': 2, "
-        "'too_long': 2})\"")
-
-
-def test_glove_without_any_vocabulary_word_is_an_error(tmp_path, caplog):
-    """Every row random is not GloVe: an error naming the file and the count.  Some words
-    found, but fewer than half: a warning with the count."""
-    path = tmp_path / "glove.txt"
-    path.write_text(lines("Der 0.1 0.2 0.3", "Film 0.4 0.5 0.6"))
-    vocab = Vocab(["the", "film", "good"])
-    with pytest.raises(DataFormatError) as err:
-        vocab_vectors(path, vocab, dim=3, cache=False)
-    assert str(err.value) == (f"{path}: expected vectors for the vocabulary's words (another "
-                              "language, casing or tokenization?), got '0 of 3 words found'")
-    path.write_text(lines(*GLOVE))  # the, film: 2 of 3
-    with caplog.at_level(logging.INFO, logger="datamodules.glove"):
-        assert vocab_vectors(path, vocab, dim=3, cache=False).found == 2
-    assert [r.levelno for r in caplog.records] == [logging.INFO]
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="datamodules.glove"):
-        assert vocab_vectors(path, Vocab(["the", "a", "of", "to"]), dim=3, cache=False).found == 1
-    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
-        (logging.WARNING, f"{path.resolve()}: 1 of 4 vocabulary words found, 3 out of vocabulary "
-                          "(random N(0, 0.01)); fewer than 50%: is it the right vectors file?")]
-
-
-# ----------------------------------------------------------------------------- sizes below 1
-
-NLI_SIZES = {"batch_size": 1, "max_train_examples": 1, "min_freq": 1, "vectors_dim": 1,
-             "num_workers": 0}
-TEXT_SIZES = {"batch_size": 1, "max_len": 1, "max_train_examples": 1, "min_freq": 1,
-              "max_vocab_size": 1, "bpe_vocab_size": 5, "num_workers": 0}
-TRANSLATION_SIZES = {"batch_size": 1, "eval_batch_size": 1, "train_size": 1, "max_len": 0,
-                     "num_workers": 0}
-WMT_SIZES = {**TRANSLATION_SIZES, "split_test_for_training": 1, "bpe_vocab_size": 5}
-SIZES = [
-    (SNLIDataModule, NLI_SIZES), (MultiNLIDataModule, NLI_SIZES), (SciTailDataModule, NLI_SIZES),
-    (DialogueNLIDataModule, NLI_SIZES), (WikiQADataModule, NLI_SIZES),
-    (TrecQADataModule, NLI_SIZES), (UbuntuDataModule, {**NLI_SIZES, "max_context_tokens": 1}),
-    (SSTDataModule, TEXT_SIZES), (IMDbDataModule, TEXT_SIZES), (SVADataModule, TEXT_SIZES),
-    (LM1BDataModule, TEXT_SIZES), (IWSLT15DataModule, TRANSLATION_SIZES),
-    (AlgoLispDataModule, TRANSLATION_SIZES), (WMT14DataModule, WMT_SIZES),
-    (WMT16EnRoDataModule, {**WMT_SIZES, "bpe_merges": 1}),
-    (MLUDataModule, {"batch_size": 1, "eval_batch_size": 1, "num_workers": 0}),
-]
-
-
-@pytest.mark.parametrize("cls, arg, least", [(cls, arg, least) for cls, sizes in SIZES
-                                             for arg, least in sizes.items()],
-                         ids=lambda v: v.__name__ if isinstance(v, type) else str(v))
-def test_a_size_below_its_least_is_refused_when_built(cls, arg, least, tmp_path):
-    """Before: --data.batch_size 0 passed until the first batch was drawn (68 lines of
-    traceback from the sampler); now the constructor names the argument and the value."""
-    kwargs = {} if cls is MLUDataModule else {"data_dir": str(tmp_path)}
-    hint = " (0 or None: no limit)" if (arg, least) == ("max_len", 0) else ""
-    for value in (least - 1, -5):
-        with pytest.raises(ValueError) as err:
-            cls(**kwargs, **{arg: value})
-        assert str(err.value) == f"{cls.__name__}: {arg} must be at least {least}{hint}, got " \
-                                 f"{value}"
-    cls(**kwargs, **{arg: least})  # the least is allowed
-
-
-@pytest.mark.parametrize("split", ["train", "val", "test"])
-def test_mlu_sizes_say_a_file_may_stand_in(split):
-    with pytest.raises(ValueError) as err:
-        MLUDataModule(**{f"{split}_size": 0})
-    assert str(err.value) == (f"MLUDataModule: {split}_size must be at least 1 (or give "
-                              f"{split}_file), got 0")
-    MLUDataModule(**{f"{split}_size": 0, f"{split}_file": "problems.txt"})
-
-
-@pytest.mark.parametrize("experiment, configs, cls", [
-    (coda_nli, ["coda_nli/smoke.yaml", "coda_nli/smoke/snli.yaml"], "SNLIDataModule"),
-    (coda_ranking, ["coda_ranking/smoke.yaml", "coda_ranking/smoke/trecqa.yaml"],
-     "TrecQADataModule"),
-    (dwin_classification, ["dwin_classification/smoke.yaml",
-                           "dwin_classification/smoke/sst.yaml"], "SSTDataModule"),
-    (coda_mt, ["coda_mt/smoke.yaml"], "IWSLT15DataModule"),
-], ids=lambda v: v.EXPERIMENT.name if hasattr(v, "EXPERIMENT") else None)
-def test_batch_size_0_is_one_line_of_invalid_configuration(experiment, configs, cls, tmp_path,
-                                                          monkeypatch):
-    monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
-    monkeypatch.chdir(ROOT)
-    args = ["fit", *(a for c in configs for a in ("--config", f"experiments/configs/{c}")),
-            "--data.batch_size", "0"]
-    name = experiment.EXPERIMENT.name
-    assert error(experiment.EXPERIMENT, args) == (
-        f"{name}.py: invalid configuration: {cls}: batch_size must be at least 1, got 0"
-        f"{DEBUG_HINT}")
-    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("**/*.ckpt"))
-
-
-# ----------------------------------------------------------------------------- the commands
-
-LIGHTNING_INFO = ("Seed set to ", "GPU available: ", "TPU available: ", "HPU available: ",
-                  "`Trainer(")
-
-
-def error_lines(stderr: str) -> list[str]:
-    """The lines of a command's stderr that are not Lightning's start-up information (the
-    seed, the devices, the trainer's limits: printed by every run, before any data is read)
-    nor torch's LeafSpec FutureWarning."""
-    return [line for line in stderr.strip().splitlines()
-            if not line.startswith(LIGHTNING_INFO) and "LeafSpec" not in line
-            and not line.lstrip().startswith("warnings.warn(")]
-
-
-def script(name: str, *args: str, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(ROOT / "experiments" / f"{name}.py"), *args],
-                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
-def test_bad_data_is_one_line_from_the_command(env, tmp_path):
-    """At the vocabulary link (the model's vocab_size is read from the DataModule while the
-    classes are built: jsonargparse wraps what it raises) and at fit's ``setup`` (the
-    validation files are first read there): one line naming the file, the line and what
-    was expected, exit code 1, no traceback.  Started together, read after."""
-    nli = ["fit", "--config", "experiments/configs/coda_nli/smoke.yaml", "--config",
-           "experiments/configs/coda_nli/smoke/dnli.yaml"]
-    undecodable = tmp_path / "undecodable"
-    folder = tmp_path / "folder"
-    for d in (undecodable, folder):
-        d.mkdir()
-        for split in ("train", "dev", "test"):
-            (d / f"dialogue_nli_{split}.jsonl").write_text(DNLI)
-    (undecodable / "dialogue_nli_train.jsonl").write_bytes(UTF16_START)
-    (folder / "dialogue_nli_dev.jsonl").unlink()
-    (folder / "dialogue_nli_dev.jsonl").mkdir()
-    sva = tmp_path / "sva"
-    sva.mkdir()
-    (sva / "numpred.train").write_text("")
-    (sva / "numpred.val").write_text(lines(*LINZEN))
-    iwslt = tmp_path / "iwslt"
-    write_iwslt(iwslt, val=("", ""))
-    procs = {
-        "undecodable": script("coda_nli", *nli, "--data.data_dir", str(undecodable), env=env),
-        "folder": script("coda_nli", *nli, "--data.data_dir", str(folder), env=env),
-        "empty sva": script(
-            "dwin_classification", "fit", "--config",
-            "experiments/configs/dwin_classification/smoke.yaml", "--config",
-            "experiments/configs/dwin_classification/smoke/sva.yaml", "--data.data_dir", str(sva),
-            "--data.train_file", "numpred.train", "--data.val_file", "numpred.val",
-            "--data.test_file", "numpred.val", env=env),
-        "empty iwslt val": script("coda_mt", "fit", "--config",
-                                  "experiments/configs/coda_mt/smoke.yaml", "--data.data_dir",
-                                  str(iwslt), "--data.train_prefix", "train", env=env),
-    }
-    done = {}
-    for key, proc in procs.items():
-        _, err = proc.communicate(timeout=300)
-        done[key] = (proc.returncode, error_lines(err), err)
-    expected = {
-        "undecodable": f"coda_nli.py: {undecodable / 'dialogue_nli_train.jsonl'}:1: expected "
-                       f"UTF-8 text, got {repr(UTF16_START)!r}",
-        "folder": f"coda_nli.py: {folder / 'dialogue_nli_dev.jsonl'}: expected a file, not a "
-                  "directory",
-        "empty sva": f"dwin_classification.py: {sva / 'numpred.train'}: expected at least one "
-                     "line 'VBZ|VBP<TAB>prefix'",
-        "empty iwslt val": f"coda_mt.py: {iwslt / 'tst2012.en'}: expected at least one of the "
-                           f"lines of a parallel corpus (it and {iwslt / 'tst2012.vi'} are "
-                           "empty)",
-    }
-    for key, message in expected.items():
-        code, lines_, err = done[key]
-        assert (code, lines_) == (1, [message]), (key, err)
-        assert "Traceback" not in err, (key, err)
-
-
-def test_no_gold_label_count_is_on_the_console(env, tmp_path):
-    """The count of SNLI pairs without a gold label is a warning the user sees: here a run
-    whose test file is a folder shows the train and validation counts, then the error."""
-    for split in ("train", "dev"):
-        (tmp_path / f"snli_1.0_{split}.jsonl").write_text(lines(snli(), snli("-")))
-    (tmp_path / "snli_1.0_test.jsonl").mkdir()
-    proc = script("coda_nli", "fit", "--config", "experiments/configs/coda_nli/smoke.yaml",
-                  "--config", "experiments/configs/coda_nli/smoke/snli.yaml", "--data.data_dir",
-                  str(tmp_path), "--data.train_file", "snli_1.0_train.jsonl", "--data.val_file",
-                  "snli_1.0_dev.jsonl", "--data.test_file", "snli_1.0_test.jsonl", env=env)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 1
-    assert error_lines(err) == [
-        f"snli train ({tmp_path / 'snli_1.0_train.jsonl'}): 1 pairs; dropped 1 without gold "
-        "label, 0 empty",
-        f"snli val ({tmp_path / 'snli_1.0_dev.jsonl'}): 1 pairs; dropped 1 without gold label, "
-        "0 empty",
-        f"coda_nli.py: {tmp_path / 'snli_1.0_test.jsonl'}: expected a file, not a directory"], err
-
-
-def test_jsonargparse_wrappers_are_taken_off():
-    """What the runner prints of an error jsonargparse raised from a constructor's or a
-    link's: the innermost message (a data error: that error, printed as the data line)."""
-    refused = ValueError("SNLIDataModule: batch_size must be at least 1, got 0")
-    try:
-        try:
-            raise refused
-        except ValueError as err:
-            raise ValueError("Does not validate against any of the Union subtypes\nSubtypes: "
-                             "[...]") from err
-    except ValueError as wrapped:
-        assert unwrapped(wrapped) is refused and data_error_in(wrapped) is None
-    bad = DataFormatError("dev.jsonl", 3, "a JSON object")
-    try:
-        try:
-            raise bad
-        except DataFormatError as err:
-            raise ValueError("Call to compute_fn of link 'data --> model.vocab_size' with args "
-                             "(...) failed: dev.jsonl:3: ...") from err
-    except ValueError as wrapped:
-        assert data_error_in(wrapped) is bad
-    other = ValueError("d_model must be at least 1, got 0")
-    assert unwrapped(other) is other and data_error_in(other) is None
-
-
-def test_debug_shows_the_data_error_with_its_traceback(tmp_path, monkeypatch):
-    """ATTNREPRO_DEBUG=1: the reader's error itself, raised from the vocabulary link."""
-    monkeypatch.setenv("ATTNREPRO_DEBUG", "1")
-    monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
-    monkeypatch.chdir(ROOT)
-    (tmp_path / "numpred.train").write_text("")
-    with pytest.raises(DataFormatError, match=r"numpred\.train: expected at least one line"):
-        dwin_classification.EXPERIMENT.main([
-            "fit", "--config", "experiments/configs/dwin_classification/smoke.yaml", "--config",
-            "experiments/configs/dwin_classification/smoke/sva.yaml", "--data.data_dir",
-            str(tmp_path), "--data.train_file", "numpred.train", "--data.val_file",
-            "numpred.train", "--data.test_file", "numpred.train"])
