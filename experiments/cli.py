@@ -78,7 +78,7 @@ def run_cli(experiment: Experiment, argv: list[str] | None, line: CommandLine | 
     line = line or CommandLine.parse(sys.argv[1:] if argv is None else argv)
     try:
         return ExperimentCLI(
-            experiment, experiment.model_class, experiment.datamodule_class,
+            experiment, *experiment.imported_classes(),
             subclass_mode_model=experiment.subclass_mode_model,
             subclass_mode_data=experiment.subclass_mode_data,
             auto_configure_optimizers=False, args=argv,

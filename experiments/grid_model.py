@@ -6,12 +6,17 @@ overrides that make it, and the paper's numbers).  Every module of experiments/ 
 this one; it imports none of them (``Experiment.main`` hands the command line to
 experiments/runner.py, the entry point, when it is called).
 
+An experiment script names its classes by path (``"lit_models.transformer.TransformerSeq2Seq"``),
+imported when first read (:class:`ImportedClass`): the script imports no torch, so its
+``--help``, ``grid``, ``report`` and argument errors start at once (issue 31 item 9).
+
 Where runs live: ``runs/<experiment>/<grid>-<config>/<cell>-seed<k>/`` under
 ``$ATTNREPRO_RUNS`` (default: the project's ``runs/``).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import threading
@@ -123,19 +128,64 @@ def cost_grid(title: str, baseline: str, cells: list[Cell], note: str = "") -> G
                 note=" ".join(filter(None, (COST_NOTE, note))))
 
 
+def import_class(path: str) -> type:
+    """The class ``module.Class`` names, imported."""
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+class ImportedClass:
+    """A field of :class:`Experiment` holding a class, given as the class or as its path
+    ``"module.Class"``: a path is imported when the field is first read, and the class kept
+    from then on."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:  # on the class: the dataclass field has no default
+            raise AttributeError(self.name)
+        value = obj.__dict__[self.name]
+        if isinstance(value, str):
+            value = obj.__dict__[self.name] = import_class(value)
+        return value
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.name] = value
+
+
 @dataclass
 class Experiment:
     """An experiment script: its LightningModule, DataModule, links between them, and the
-    paper's tables as grids."""
+    paper's tables as grids.  ``model_class`` and ``datamodule_class`` are classes or their
+    paths ``"module.Class"``, imported when first read (:class:`ImportedClass`)."""
 
     name: str
-    model_class: type
-    datamodule_class: type
+    model_class: type | str = ImportedClass()
+    datamodule_class: type | str = ImportedClass()
     grids: dict[str, Grid]
     links: list[tuple[str, str]] = field(default_factory=list)  # (data attribute, model arg)
     subclass_mode_model: bool = False
     subclass_mode_data: bool = False  # the config names the DataModule (class_path)
     script: Path | None = None
+    #: subclasses of the model or DataModule class in modules of their own that a command
+    #: line may name by class name alone (``--model=Mixture``, ``--data.help
+    #: SSTDataModule``), as paths: LightningCLI finds such a name among the subclasses
+    #: imported, so :meth:`imported_classes` imports them first
+    subclasses: list[str] = field(default_factory=list)
+
+    def unimported(self, role: str) -> str | None:
+        """The path of ``model_class`` or ``datamodule_class`` (``role``) while it is not
+        imported yet (read without importing it); None once it is a class."""
+        value = self.__dict__[role]
+        return value if isinstance(value, str) else None
+
+    def imported_classes(self) -> tuple[type, type]:
+        """The model and DataModule classes, imported with :attr:`subclasses` (what
+        LightningCLI is given)."""
+        for path in self.subclasses:
+            import_class(path)
+        return self.model_class, self.datamodule_class
 
     @property
     def config_dir(self) -> Path:
