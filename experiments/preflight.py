@@ -88,6 +88,26 @@ def mechanism_params(model_class: type) -> dict[str, str | None]:
     return out
 
 
+def attention_flags(experiment: Experiment) -> tuple[dict[str, str | None], list[str]]:
+    """The model's attention arguments (:func:`mechanism_params`) and the names of the
+    registered mechanisms, as ``<name>.py --help`` lists them.  While the model class is
+    named by its path and not imported, both are read from the source files
+    (experiments/sources.py), so the help imports no torch; once imported, from the class and
+    ``attention.registry.REGISTRY`` (tests/test_startup.py: the two agree)."""
+    path = experiment.unimported("model_class")
+    if path is not None:
+        from experiments import sources
+
+        params = sources.mechanism_params(path)
+        return params, sources.mechanism_names() if params else []
+    params = mechanism_params(experiment.model_class)
+    if not params:
+        return params, []
+    from attention.registry import REGISTRY
+
+    return params, list(REGISTRY)
+
+
 _UNKNOWN = "?"  # a mechanism the check cannot name (a file, a class outside the registry)
 
 

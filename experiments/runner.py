@@ -58,10 +58,10 @@ from experiments.command_line import (
 from experiments.grid_model import Experiment, runs_root, shown_path
 from experiments.launch import run_grid, run_one_cell, write_sweep
 from experiments.preflight import (
+    attention_flags,
     check_attention_args,
     check_config_given,
     check_dataset_args,
-    mechanism_params,
 )
 from experiments.report import print_report
 
@@ -102,14 +102,12 @@ def overview(experiment: Experiment) -> str:
              "commands:"]
     lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
     lines += ["", listing(experiment)]
-    params = mechanism_params(experiment.model_class)
+    params, mechanisms = attention_flags(experiment)  # no torch while the model is a path
     if params:
-        from attention.registry import REGISTRY
-
         first, *others = params
         also = f"; also {', '.join(f'--model.{p}' for p in others)}" if others else ""
         lines += ["", f"attention (--model.{first} NAME [--model.{first}.OPTION VALUE]{also}):",
-                  f"  {', '.join(REGISTRY)}"]
+                  f"  {', '.join(mechanisms)}"]
     where = shown_path(experiment.config_dir)
     grid = next(iter(experiment.grids))
     script = f"python experiments/{prog}"
@@ -118,7 +116,7 @@ def overview(experiment: Experiment) -> str:
     if smoke_datasets:
         fit += f" --config {where}/smoke/{smoke_datasets[0]}.yaml"
     if params:
-        fit += f" --model.{next(iter(params))} {'coda' if 'coda' in REGISTRY else 'softmax'}"
+        fit += f" --model.{next(iter(params))} {'coda' if 'coda' in mechanisms else 'softmax'}"
     lines += ["", "examples:", f"  {fit}", f"  {script} grid {grid} --smoke",
               f"  {script} report {grid} --smoke"]
     return "\n".join(lines)
@@ -126,7 +124,13 @@ def overview(experiment: Experiment) -> str:
 
 def predict_message(experiment: Experiment) -> str:
     metrics = f"{shown_path(runs_root() / experiment.name)}/<group>/<name>/metrics.csv"
-    written = getattr(experiment.model_class, "predictions_file", None)
+    path = experiment.unimported("model_class")
+    if path is not None:  # read from the source: no torch for a refusal
+        from experiments.sources import class_attribute
+
+        written = class_attribute(path, "predictions_file")
+    else:
+        written = getattr(experiment.model_class, "predictions_file", None)
     writes = (f" and the predictions to {written} beside it" if written
               else " (this model writes no predictions file)")
     return (f"{experiment.name}.py: predict is not offered (no model here implements "
