@@ -23,26 +23,42 @@ import csv
 import re
 import zipfile
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-
-import torch
-from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from fileio import write_atomic
 
 
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's torch checkpoint format, saved to a local path through a temporary file in
-    the checkpoint's own folder that then replaces it; other paths (``s3://``, ...) as
-    Lightning saves them."""
+@cache
+def _atomic_checkpoint_io() -> type:
+    """:class:`AtomicCheckpointIO`, made at its first use: it derives from Lightning's
+    ``TorchCheckpointIO``, and ``grid``/``cell`` read checkpoints (the functions below)
+    without importing Lightning and torch (issue 31 item 9)."""
+    import torch
+    from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
-        if "://" in str(path) and not str(path).startswith("file://"):
-            return super().save_checkpoint(checkpoint, path, storage_options)
-        if storage_options is not None:  # what Lightning's own save refuses, refused alike
-            return super().save_checkpoint(checkpoint, path, storage_options)
-        write_atomic(str(path).removeprefix("file://"),
-                     lambda tmp: torch.save(checkpoint, tmp))
+    class AtomicCheckpointIO(TorchCheckpointIO):
+        """Lightning's torch checkpoint format, saved to a local path through a temporary file
+        in the checkpoint's own folder that then replaces it; other paths (``s3://``, ...) as
+        Lightning saves them."""
+
+        def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+            if "://" in str(path) and not str(path).startswith("file://"):
+                return super().save_checkpoint(checkpoint, path, storage_options)
+            if storage_options is not None:  # what Lightning's own save refuses, refused alike
+                return super().save_checkpoint(checkpoint, path, storage_options)
+            write_atomic(str(path).removeprefix("file://"),
+                         lambda tmp: torch.save(checkpoint, tmp))
+
+    AtomicCheckpointIO.__qualname__ = "AtomicCheckpointIO"  # pickled by its module's name
+    return AtomicCheckpointIO
+
+
+def __getattr__(name: str):
+    # ``from experiments.checkpoints import AtomicCheckpointIO`` (PEP 562): made when asked
+    if name == "AtomicCheckpointIO":
+        return _atomic_checkpoint_io()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def checkpoint_problem(path: str | Path) -> str | None:
@@ -120,6 +136,8 @@ def unlogged_after(path: Path, logged: tuple[set[int], set[int]]) -> str | None:
     must already be in metrics.csv, which holds them once it has a row of a later step (rows
     are written in order) or the validation's row (its step is the checkpoint's minus one).
     A run stopped before they were written resumes from the checkpoint before instead."""
+    import torch  # only when there is a checkpoint to read
+
     step = int(torch.load(path, map_location="cpu", mmap=True, weights_only=False)
                .get("global_step", 0))
     steps, validated = logged

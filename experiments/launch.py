@@ -32,7 +32,6 @@ from experiments.grid_model import (
     run_name,
     runs_root,
 )
-from experiments.loggers import log_grid_summary
 from experiments.report import read_run_metrics
 from fileio import write_atomic
 
@@ -200,6 +199,8 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
         for launched in running:
             launched.lock.close()
     print(f"grid finished in {time.time() - start:.0f}s", flush=True)
+    from experiments.loggers import log_grid_summary  # Lightning's loggers: not before here
+
     log_grid_summary(experiment, grid, config)
     if failed:
         raise SystemExit(f"{len(failed)} run(s) failed: " + ", ".join(map(str, failed)))

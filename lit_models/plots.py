@@ -12,10 +12,14 @@ as lines (:func:`weight_lines`) and values over training steps (:func:`line_grid
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:  # annotations only: report --plot draws without importing torch
+    import torch
 
 
 def attention_heatmaps(premise: list[str], hypothesis: list[str], weights_a: torch.Tensor,
