@@ -7,14 +7,12 @@ sequence, Transformer vs CoDA Transformer (Tay et al. 2019, Sec. 3.6).
     python experiments/coda_mlu.py grid curve --config curve --jobs 2    # 20,000-step curves
 """
 
-from datamodules.mlu import MLUDataModule
 from experiments.grid_model import Cell, Experiment, Grid
-from lit_models.transformer import TransformerSeq2Seq
 
 EXPERIMENT = Experiment(
     name="coda_mlu",
-    model_class=TransformerSeq2Seq,
-    datamodule_class=MLUDataModule,
+    model_class="lit_models.transformer.TransformerSeq2Seq",
+    datamodule_class="datamodules.mlu.MLUDataModule",
     links=[("vocab_size", "src_vocab_size"), ("vocab_size", "tgt_vocab_size"),
            ("pad_id", "pad_id"), ("bos_id", "bos_id"), ("eos_id", "eos_id")],
     grids={

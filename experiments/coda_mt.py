@@ -14,11 +14,9 @@ is that recipe.  Table 4 reports test BLEU (tst2013); Tables 8 and 9 development
 (tst2012), read here as the last validation BLEU of the run.
 """
 
-from datamodules.iwslt import IWSLT15DataModule
 from experiments.coda_nli import CENTERING, TABLE9_BLEU
 from experiments.grid_model import Cell, Experiment, Grid
 from lit_models.mt_rows import LINKS
-from lit_models.transformer import TransformerSeq2Seq
 
 CODA = ["--model.attention=coda"]
 # Table 8, NMT column (IWSLT'15 dev BLEU): no centering, E centered, E and N centered
@@ -29,8 +27,8 @@ BLEU_NOTE = ("BLEU: tokenized (sacreBLEU tok:none, as multi-bleu.perl) on the St
 
 EXPERIMENT = Experiment(
     name="coda_mt",
-    model_class=TransformerSeq2Seq,
-    datamodule_class=IWSLT15DataModule,
+    model_class="lit_models.transformer.TransformerSeq2Seq",
+    datamodule_class="datamodules.iwslt.IWSLT15DataModule",
     links=LINKS,
     grids={
         "table4": Grid(

@@ -17,15 +17,7 @@ synthetic Dialogue NLI files of tests/fixtures, so every grid runs with ``--smok
     python experiments/coda_nli.py report table3 --smoke
 """
 
-from datamodules.nli import (  # noqa: F401 - config class_path
-    DialogueNLIDataModule,
-    MultiNLIDataModule,
-    NLIDataModule,
-    SciTailDataModule,
-    SNLIDataModule,
-)
 from experiments.grid_model import Cell, Experiment, Grid, dataset_config
-from lit_models.decomp_att import DecompAtt
 
 LINKS = [("vocab_size", "vocab_size"), ("num_classes", "num_classes"), ("pad_id", "pad_id"),
          ("embeddings", "embeddings")]
@@ -50,8 +42,8 @@ TABLE9_BLEU = {("tanh", "sigmoid"): 27.8, ("tanh", "tanh"): 23.1, ("tanh", "arct
 
 EXPERIMENT = Experiment(
     name="coda_nli",
-    model_class=DecompAtt,
-    datamodule_class=NLIDataModule,
+    model_class="lit_models.decomp_att.DecompAtt",
+    datamodule_class="datamodules.nli.NLIDataModule",
     subclass_mode_data=True,
     links=LINKS,
     grids={

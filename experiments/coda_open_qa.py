@@ -22,13 +22,7 @@ EM / F1).  "EM uni" / "F1 n-gram" are DecaProp's protocol; "Quasar EM" / "Quasar
 Quasar release's official metric.
 """
 
-from datamodules.open_qa import (  # noqa: F401 - config class_path
-    OpenQADataModule,
-    QuasarTDataModule,
-    SearchQADataModule,
-)
 from experiments.grid_model import Cell, Experiment, Grid, dataset_config
-from lit_models.decaprop import DecaProp
 
 LINKS = [("vocab_size", "vocab_size"), ("pad_id", "pad_id"), ("embeddings", "embeddings")]
 
@@ -39,8 +33,8 @@ TABLE1 = {"quasar_t": ({"EM": 38.6, "F1": 46.9}, {"EM": 41.3, "F1": 49.7}),
 
 EXPERIMENT = Experiment(
     name="coda_open_qa",
-    model_class=DecaProp,
-    datamodule_class=OpenQADataModule,
+    model_class="lit_models.decaprop.DecaProp",
+    datamodule_class="datamodules.open_qa.OpenQADataModule",
     subclass_mode_data=True,
     links=LINKS,
     grids={

@@ -18,15 +18,8 @@ filtered dev set for validation and test: the shared data has no WikiQA test set
     python experiments/coda_ranking.py report table2 --config cpu
 """
 
-from datamodules.nli import NLIDataModule
-from datamodules.ranking import (  # noqa: F401 - config class_path
-    TrecQADataModule,
-    UbuntuDataModule,
-    WikiQADataModule,
-)
 from experiments.coda_nli import CENTERING, CODA, LINKS
 from experiments.grid_model import Cell, Experiment, Grid, dataset_config
-from lit_models.decomp_att import DecompAtt
 
 # Table 2 (test): MAP / MRR for TrecQA and WikiQA, top-1 accuracy (R10@1) for UDC
 TABLE2 = {"trecqa": ({"MAP": 80.6, "MRR": 83.9}, {"MAP": 80.0, "MRR": 84.5}),
@@ -38,8 +31,12 @@ TABLE8 = {"none": {"MAP": 70.4, "MRR": 71.2}, "e": {"MAP": 68.1, "MRR": 68.3},
 
 EXPERIMENT = Experiment(
     name="coda_ranking",
-    model_class=DecompAtt,
-    datamodule_class=NLIDataModule,
+    model_class="lit_models.decomp_att.DecompAtt",
+    datamodule_class="datamodules.nli.NLIDataModule",
+    # the dataset configs' DataModules, also by class name (--data.help CLASS)
+    subclasses=["datamodules.ranking.TrecQADataModule",
+                "datamodules.ranking.UbuntuDataModule",
+                "datamodules.ranking.WikiQADataModule"],
     subclass_mode_data=True,
     links=LINKS,
     grids={

@@ -15,11 +15,7 @@ grid runs with ``--smoke`` alone.
     python experiments/coda_sentiment.py report table5
 """
 
-from datamodules.imdb import IMDbDataModule  # noqa: F401 - config class_path
-from datamodules.sst import SSTDataModule  # noqa: F401 - config class_path
-from datamodules.text import TextClassificationDataModule
 from experiments.grid_model import Cell, Experiment, Grid, dataset_config
-from lit_models.transformer import TransformerClassifier
 
 PAPER = {("imdb", "softmax"): 82.6, ("imdb", "coda"): 83.3,
          ("sst", "softmax"): 78.9, ("sst", "coda"): 80.6}
@@ -27,8 +23,10 @@ ROWS = {"softmax": "transformer", "coda": "coda"}
 
 EXPERIMENT = Experiment(
     name="coda_sentiment",
-    model_class=TransformerClassifier,
-    datamodule_class=TextClassificationDataModule,
+    model_class="lit_models.transformer.TransformerClassifier",
+    datamodule_class="datamodules.text.TextClassificationDataModule",
+    # the dataset configs' DataModules, also by class name (--data.help SSTDataModule)
+    subclasses=["datamodules.imdb.IMDbDataModule", "datamodules.sst.SSTDataModule"],
     subclass_mode_data=True,
     links=[("vocab_size", "vocab_size"), ("pad_id", "pad_id"), ("num_classes", "num_classes")],
     grids={

@@ -7,15 +7,13 @@ per program, Transformer vs CoDA Transformer (tensor2tensor's tiny setting, 100K
     python experiments/coda_text2code.py report table7
 """
 
-from datamodules.algolisp import AlgoLispDataModule
 from experiments.grid_model import Cell, Experiment, Grid
 from lit_models.mt_rows import LINKS
-from lit_models.transformer import TransformerSeq2Seq
 
 EXPERIMENT = Experiment(
     name="coda_text2code",
-    model_class=TransformerSeq2Seq,
-    datamodule_class=AlgoLispDataModule,
+    model_class="lit_models.transformer.TransformerSeq2Seq",
+    datamodule_class="datamodules.algolisp.AlgoLispDataModule",
     links=LINKS,
     grids={
         "table7": Grid(

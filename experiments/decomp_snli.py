@@ -15,18 +15,17 @@ configs (no dataset configs); the smoke config reads the shared SNLI dev prefix
 (../shared/data/snli, the DataModule's default data_dir).
 """
 
-from datamodules.nli import SNLIDataModule
 from experiments.grid_model import Cell, Experiment, Grid
-from lit_models.decomp_att import DecompAtt
-from lit_models.mixture import Mixture
 
 LINKS = [("vocab_size", "vocab_size"), ("num_classes", "num_classes"), ("pad_id", "pad_id"),
          ("embeddings", "embeddings")]
 
 EXPERIMENT = Experiment(
     name="decomp_snli",
-    model_class=DecompAtt,
-    datamodule_class=SNLIDataModule,
+    model_class="lit_models.decomp_att.DecompAtt",
+    datamodule_class="datamodules.nli.SNLIDataModule",
+    # the cells' model classes, also by class name (--model=Mixture)
+    subclasses=["lit_models.mixture.Mixture"],
     subclass_mode_model=True,
     links=LINKS,
     grids={
@@ -36,13 +35,13 @@ EXPERIMENT = Experiment(
             title="SNLI write-up Table 1: decomposable attention and ensembles, SNLI accuracy (%)",
             metrics={"Val acc": "val/acc", "Test acc": "test/acc"},
             cells=[
-                Cell("vanilla", [f"--model={DecompAtt.__name__}", "--model.lr=0.0001"],
+                Cell("vanilla", ["--model=DecompAtt", "--model.lr=0.0001"],
                      {"Val acc": 74.44, "Test acc": 86.3}),
-                Cell("intra", [f"--model={DecompAtt.__name__}", "--model.intra=true"],
+                Cell("intra", ["--model=DecompAtt", "--model.intra=true"],
                      {"Val acc": 62.06, "Test acc": 86.8}),
-                Cell("exact", [f"--model={Mixture.__name__}", "--model.mode=exact",
+                Cell("exact", ["--model=Mixture", "--model.mode=exact",
                                "--model.k=3"], {"Val acc": 71.65}),
-                Cell("latent", [f"--model={Mixture.__name__}", "--model.mode=latent",
+                Cell("latent", ["--model=Mixture", "--model.mode=latent",
                                 "--model.k=4"], {"Val acc": 66.01}),
             ],
             note="Paper 'Val acc': the write-up's undertrained models (each trained until a "

@@ -19,12 +19,7 @@ tests/fixtures, so the grid runs with ``--smoke`` alone.
     python experiments/dwin_classification.py report table5
 """
 
-from datamodules.imdb import IMDbDataModule  # noqa: F401 - config class_path
-from datamodules.sst import SSTDataModule  # noqa: F401 - config class_path
-from datamodules.sva import SVADataModule  # noqa: F401 - config class_path
-from datamodules.text import TextClassificationDataModule
 from experiments.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
-from lit_models.transformer import TransformerClassifier
 
 # row -> (the paper's name, attention flags); the grid config puts the attention in layer 1
 ROWS = {
@@ -50,8 +45,12 @@ COST_ROWS = {**{row: flags for row, (_, flags) in ROWS.items()},
 
 EXPERIMENT = Experiment(
     name="dwin_classification",
-    model_class=TransformerClassifier,
-    datamodule_class=TextClassificationDataModule,
+    model_class="lit_models.transformer.TransformerClassifier",
+    datamodule_class="datamodules.text.TextClassificationDataModule",
+    # the dataset configs' DataModules, also by class name (--data.help SSTDataModule)
+    subclasses=["datamodules.imdb.IMDbDataModule",
+                "datamodules.sst.SSTDataModule",
+                "datamodules.sva.SVADataModule"],
     subclass_mode_data=True,
     links=[("vocab_size", "vocab_size"), ("pad_id", "pad_id"), ("num_classes", "num_classes")],
     grids={

@@ -15,14 +15,12 @@ The smoke config reads a small SYNTHETIC folder in the benchmark's layout
 the official archive, which ``prepare_data`` downloads to the cache.
 """
 
-from datamodules.lm1b import LM1BDataModule
 from experiments.grid_model import Cell, Experiment, Grid
-from lit_models.transformer import TransformerLM
 
 EXPERIMENT = Experiment(
     name="dwin_lm",
-    model_class=TransformerLM,
-    datamodule_class=LM1BDataModule,
+    model_class="lit_models.transformer.TransformerLM",
+    datamodule_class="datamodules.lm1b.LM1BDataModule",
     links=[("vocab_size", "vocab_size"), ("pad_id", "pad_id")],
     grids={
         "table6": Grid(

@@ -20,8 +20,6 @@ segments of 5 words; "partial" = in the first 3 of 6 layers (softmax above), the
 Tables 1, 3 and 4.
 """
 
-from datamodules.translation import TranslationDataModule  # noqa: F401 - config class_path
-from datamodules.wmt import WMT14DataModule  # noqa: F401 - config class_path
 from experiments.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
 from lit_models.mt_rows import (
     COST_ROWS,
@@ -33,7 +31,6 @@ from lit_models.mt_rows import (
     SEGMENT,
     TABLE1_ROWS,
 )
-from lit_models.transformer import TransformerSeq2Seq
 
 TABLE1 = {"en_de": [27.46, 27.56, 27.62, 28.11, 28.13, 28.25],
           "en_fr": [39.21, 39.37, 39.47, 40.24, 40.06, 40.32]}
@@ -67,8 +64,10 @@ def window_module(method: str, module: str) -> list[str]:
 
 EXPERIMENT = Experiment(
     name="dwin_mt",
-    model_class=TransformerSeq2Seq,
-    datamodule_class=TranslationDataModule,
+    model_class="lit_models.transformer.TransformerSeq2Seq",
+    datamodule_class="datamodules.translation.TranslationDataModule",
+    # the dataset configs' DataModules, also by class name (--data.help CLASS)
+    subclasses=["datamodules.wmt.WMT14DataModule"],
     subclass_mode_data=True,
     links=LINKS,
     grids={

@@ -16,12 +16,8 @@ command on the decoded test files every run writes (``hypotheses-test.jsonl``):
         --hypotheses runs/qadm_mt/table1-paper/en_vi-{additive,mqt}-seed0/hypotheses-test.jsonl
 """
 
-from datamodules.iwslt import IWSLT15DataModule  # noqa: F401 - config class_path
-from datamodules.translation import TranslationDataModule  # noqa: F401 - config class_path
-from datamodules.wmt import WMT16EnRoDataModule  # noqa: F401 - config class_path
 from experiments.grid_model import Cell, Experiment, Grid, dataset_config
 from lit_models.mt_rows import LINKS
-from lit_models.rnn_seq2seq import RNNSeq2Seq
 
 MECHANISMS = {"additive": ["--model.attention=additive"],
               "structured": ["--model.attention=structured"],
@@ -41,8 +37,10 @@ TABLE1 = {
 
 EXPERIMENT = Experiment(
     name="qadm_mt",
-    model_class=RNNSeq2Seq,
-    datamodule_class=TranslationDataModule,
+    model_class="lit_models.rnn_seq2seq.RNNSeq2Seq",
+    datamodule_class="datamodules.translation.TranslationDataModule",
+    # the dataset configs' DataModules, also by class name (--data.help CLASS)
+    subclasses=["datamodules.iwslt.IWSLT15DataModule", "datamodules.wmt.WMT16EnRoDataModule"],
     subclass_mode_data=True,
     links=LINKS,
     grids={
