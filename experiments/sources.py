@@ -84,13 +84,15 @@ def _resolve(module: str, name: str, seen: frozenset = frozenset()) -> ClassKey 
                              or _submodule(f"{source}.{alias.name}"))
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.asname == name or (alias.asname is None and alias.name == name):
+                if alias.asname == name:  # import a.b as name
                     found = _submodule(alias.name)
+                elif alias.asname is None and alias.name.split(".")[0] == name:  # import a.b
+                    found = _submodule(name)
     return found
 
 
 def _submodule(module: str) -> ClassKey:
-    """A module as a name binds it: (module, "") ."""
+    """A module as a name binds it: (module, "")."""
     return (module, "")
 
 
