@@ -4,8 +4,8 @@ written, restarts with ``grid --skip-done`` and ends with the metrics, weights a
 predictions of an uninterrupted run; a checkpoint cut short is never resumed from
 (experiments/checkpoints.py).  Kill points are found by watching the cell's files: its
 metrics.csv (flushed every 5 steps and when a fit ends), its checkpoints folder (a
-checkpoint at step 10 is written just before the validation of step 10) and the temporary
-file a checkpoint is written to."""
+checkpoint at step 10 is written just before the validation of step 10); a checkpoint's
+write is held half done by a start-up hook (tests/hooks/hold_checkpoint) for the kill."""
 
 from __future__ import annotations
 
@@ -106,14 +106,6 @@ def cell_of(grid: subprocess.Popen) -> int | None:
     return None
 
 
-def process_state(pid: int) -> str | None:
-    """The state letter of a process (``T``: stopped), None once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
 def start_grid(env: dict, skip_done: bool) -> subprocess.Popen:
     args = [*GRID, *(["--skip-done"] if skip_done else []), "--", *EXTRA]
     return subprocess.Popen([sys.executable, str(SCRIPT), *args], env=env, cwd=ROOT, text=True,
@@ -140,29 +132,26 @@ def stop_grid(grid: subprocess.Popen) -> str:
     return out
 
 
-def kill_mid_checkpoint(grid: subprocess.Popen, cell: Path) -> str:
-    """SIGKILL the cell while one of its checkpoints is being written: stopped (SIGSTOP) the
-    moment a temporary file shows in its checkpoints folder and killed only if that file is
-    still there; the grid then reports the cell failed."""
-    tries = 0
-    while True:
-        wait_for(grid, lambda: any(n.endswith(".tmp") for n in checkpoint_names(cell)),
-                 "a checkpoint being written", poll=0.0005)
-        pid = cell_of(grid)
-        if pid is not None:
-            os.kill(pid, signal.SIGSTOP)
-            while process_state(pid) not in ("T", None):
-                time.sleep(0.0001)
-            partial = [n for n in checkpoint_names(cell) if n.endswith(".tmp")]
-            if partial:
-                os.kill(pid, signal.SIGKILL)
-                break
-            os.kill(pid, signal.SIGCONT)  # the write had finished: the next one
-        tries += 1
-        assert tries < 4, "never caught a checkpoint being written"
+#: the folder whose sitecustomize.py holds a process in its first checkpoint write
+HOLD = Path(__file__).resolve().parent / "hooks" / "hold_checkpoint"
+
+
+def kill_mid_checkpoint(env: dict, cell: Path, marker: Path) -> str:
+    """SIGKILL the cell while one of its checkpoints is being written: the grid starts with
+    tests/hooks/hold_checkpoint on its PYTHONPATH, which leaves the cell's first checkpoint
+    write half done in its temporary file and holds it there (a moment chosen, not caught:
+    polling for a short write misses it on a loaded machine); the grid then reports the cell
+    failed.  Returns the name of the temporary file."""
+    held = {**env, "ATTNREPRO_TEST_HOLD_CHECKPOINT": str(marker),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(HOLD), env.get("PYTHONPATH")]))}
+    grid = start_grid(held, skip_done=True)
+    wait_for(grid, marker.exists, "a checkpoint being written")
+    partial = Path(marker.read_text())
+    assert partial.parent == cell / "checkpoints" and partial.exists()
+    os.kill(cell_of(grid), signal.SIGKILL)
     out, _ = grid.communicate(timeout=120)
     assert grid.returncode == 1 and "FAILED transformer seed 0" in out, out[-3000:]
-    return partial[0]
+    return partial.name
 
 
 @pytest.mark.slow
@@ -200,8 +189,7 @@ def test_a_cell_stopped_at_every_kind_of_moment_ends_as_an_uninterrupted_run(tmp
             "checkpoint: starting over") in said
 
     # 3. killed while a checkpoint of step 20 is written
-    grid = start_grid(env, skip_done=True)  # from last.ckpt, of step 10
-    partial = kill_mid_checkpoint(grid, cell)
+    partial = kill_mid_checkpoint(env, cell, tmp_path / "held")  # from last.ckpt, of step 10
     assert partial.startswith((".epoch=0-step=20.ckpt.", ".last.ckpt."))  # beside its name
     assert all(checkpoint_problem(p) is None for p in (cell / "checkpoints").glob("*.ckpt"))
 
