@@ -510,8 +510,9 @@ def compare(kind: str, baseline: list[np.ndarray], proposal: list[np.ndarray], *
 
 # -- a run's units, from the per-example files its test wrote ----------------------------------
 #: logged metric name (``test/<name>[_<split>]``) -> kind of its units
-METRIC_KINDS = {"acc": "mean", "accuracy": "mean", "exact_match": "mean", "map": "mean",
-                "mrr": "mean", "p@1": "mean", "bleu": "bleu", "perplexity": "perplexity"}
+METRIC_KINDS = {"acc": "mean", "accuracy": "mean", "exact_match": "mean", "f1": "mean",
+                "map": "mean", "mrr": "mean", "p@1": "mean", "bleu": "bleu",
+                "perplexity": "perplexity"}
 
 
 def metric_name(key: str) -> tuple[str, str] | None:
@@ -562,11 +563,14 @@ def _ranking_values(rows: list[dict], name: str) -> tuple[list[int], list[float]
 def run_units(run_dir: str | Path, key: str) -> tuple[str, list[int], np.ndarray]:
     """(kind, unit ids, stats) of logged test metric ``key`` from the per-example files of a
     run folder: ``predictions-test<suffix>.jsonl`` (accuracy: prediction == gold; exact
-    match: ``correct``; MAP / MRR / P@1: per question ``group``; perplexity: per sentence
-    ``nll`` and ``tokens``) or, for BLEU, ``hypotheses-test.jsonl`` scored the way
-    ``bleu-test.json`` says the run's BLEU was (tokenized, with compound splitting for
-    WMT'14 En-De).  Raises FileNotFoundError when the run has no such file and ValueError
-    for a metric whose units these files do not give."""
+    match: ``correct``; F1: ``f1``; MAP / MRR / P@1: per question ``group``; perplexity: per
+    sentence ``nll`` and ``tokens``; without that file, a suffix names a variant of the
+    metric held per example in ``predictions-test.jsonl``'s field ``<name><suffix>``, e.g.
+    ``f1_quasar``, its units the rows that carry it) or, for BLEU,
+    ``hypotheses-test.jsonl`` scored the way ``bleu-test.json`` says the run's BLEU was
+    (tokenized, with compound splitting for WMT'14 En-De).  Raises FileNotFoundError when
+    the run has no such file and ValueError for a metric whose units these files do not
+    give."""
     run_dir = Path(run_dir)
     parsed = metric_name(key)
     if parsed is None:
@@ -588,7 +592,13 @@ def run_units(run_dir: str | Path, key: str) -> tuple[str, list[int], np.ndarray
 
             hyps, refs = [split_compounds(h) for h in hyps], [split_compounds(r) for r in refs]
         return kind, [int(r["id"]) for r in rows], bleu_stats(hyps, refs, tokenize="none")
-    rows = _read_rows(run_dir / f"predictions-test{suffix}.jsonl")
+    path = run_dir / f"predictions-test{suffix}.jsonl"
+    whole = run_dir / "predictions-test.jsonl"
+    if suffix and not path.exists() and whole.exists():  # a variant of the metric, not a split?
+        rows = _read_rows(whole)
+        if any(name + suffix in r for r in rows):
+            return kind, *_field_units(rows, name + suffix, whole)
+    rows = _read_rows(path)
     if name in ("map", "mrr", "p@1"):
         ids, values = _ranking_values(rows, name)
         return kind, ids, mean_stats(values)
@@ -597,4 +607,17 @@ def run_units(run_dir: str | Path, key: str) -> tuple[str, list[int], np.ndarray
         return kind, ids, perplexity_stats([r["nll"] for r in rows], [r["tokens"] for r in rows])
     if name == "exact_match":
         return kind, ids, mean_stats([float(r["correct"]) for r in rows])
+    if name == "f1":
+        return kind, *_field_units(rows, "f1", path)
     return kind, ids, mean_stats([float(r["prediction"] == r["gold"]) for r in rows])
+
+
+def _field_units(rows: list[dict], field: str, path: Path) -> tuple[list[int], np.ndarray]:
+    """(ids, stats) of the per-example values in field ``field`` of the rows that carry it
+    (a metric over part of the examples, e.g. SearchQA's unigram half, is in those rows
+    only)."""
+    units = [r for r in rows if field in r]
+    if not units:
+        raise ValueError(f"{path}: no row has a {field!r} field (the per-example values of "
+                         f"test/{field})")
+    return [int(r["id"]) for r in units], mean_stats([float(r[field]) for r in units])

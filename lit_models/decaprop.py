@@ -194,8 +194,10 @@ class DecaProp(AttnReproModule):
     answer is in the context.  The test writes one row per question to
     ``predictions-test.jsonl``: ``id``, ``qid``, ``question`` (its words by the DataModule's
     vocabulary), ``prediction``, ``start``, ``end``,
-    ``answers``, ``correct`` (SQuAD EM, the paired test's unit), ``exact_match``, ``f1``,
-    both Quasar scores and the protocol half with its own prediction and score.
+    ``answers``, ``correct`` (SQuAD EM), ``exact_match``, ``f1``, both Quasar scores, and
+    the protocol half with its own prediction and its score under the half's metric name
+    (``exact_match_unigram`` or ``f1_ngram``, only in that half's rows): each metric's
+    field is its paired test's unit (experiments/significance.py run_units).
 
     Optimisation: Adam (``weight_decay`` 0, PyTorch's Adam betas), every gradient tensor
     clipped to norm ``clip_norm`` on its own (DecaProp clips per tensor), no schedule.
@@ -274,8 +276,8 @@ class DecaProp(AttnReproModule):
         for key in ("exact_match", "f1", "exact_match_quasar", "f1_quasar"):
             self.log_mean(f"{stage}/{key}", torch.tensor([r[key] for r in rows]).mean(), n,
                           prog_bar=key == "exact_match", **log)
-        for half, key in (("unigram", "exact_match_unigram"), ("ngram", "f1_ngram")):
-            values = [r["protocol_score"] for r in rows if r["protocol"] == half]
+        for key in qa_metrics.PROTOCOL_METRIC.values():
+            values = [r[key] for r in rows if key in r]
             if values:
                 self.log_mean(f"{stage}/{key}", torch.tensor(values).mean(), len(values), **log)
         return rows
@@ -300,4 +302,5 @@ class DecaProp(AttnReproModule):
                 "f1": qa_metrics.f1(prediction, golds),
                 "exact_match_quasar": qa_metrics.quasar_exact_match(prediction, golds),
                 "f1_quasar": qa_metrics.quasar_f1(prediction, golds),
-                "protocol": protocol, "protocol_prediction": short, "protocol_score": score}
+                "protocol": protocol, "protocol_prediction": short,
+                qa_metrics.PROTOCOL_METRIC[protocol]: score}

@@ -30,6 +30,8 @@ PUNCTUATION = frozenset(string.punctuation)
 ARTICLES = ("a", "an", "the")
 #: DecaProp's SearchQA protocol: the longest span (tokens) decoded per kind of question
 PROTOCOL_SPAN = {"unigram": 1, "ngram": 3}
+#: the metric each half of the protocol logs, and the field of a prediction row holding it
+PROTOCOL_METRIC = {"unigram": "exact_match_unigram", "ngram": "f1_ngram"}
 
 
 # -- SQuAD v1.1 ---------------------------------------------------------------------------------

@@ -268,10 +268,11 @@ def test_searchqa_protocol_scores_unigram_questions_by_em_of_one_token():
     uni, ngram = (model._score(batch, i, spans) for i in (0, 1))
     assert uni["prediction"] == "alan turing" and uni["exact_match"] == 0.0
     assert uni["f1"] == pytest.approx(2 / 3)
-    assert (uni["protocol"], uni["protocol_prediction"], uni["protocol_score"]) == \
+    assert (uni["protocol"], uni["protocol_prediction"], uni["exact_match_unigram"]) == \
         ("unigram", "turing", 1.0)
     assert (ngram["protocol"], ngram["protocol_prediction"]) == ("ngram", "alan turing x2")
-    assert ngram["protocol_score"] == pytest.approx(0.8)  # F1, P 2/3, R 1
+    assert ngram["f1_ngram"] == pytest.approx(0.8)  # F1, P 2/3, R 1
+    assert "f1_ngram" not in uni and "exact_match_unigram" not in ngram  # one half each
     assert ngram["correct"] is True and ngram["exact_match"] == 1.0
 
 

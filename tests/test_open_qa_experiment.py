@@ -44,3 +44,7 @@ def test_table1_smoke_grid_runs_writes_predictions_and_reports(env, tmp_path):
     assert "| quasar_t-softmax | 38.60 |" in report and "| searchqa-coda | 57.20 |" in report
     assert "quasar_t-coda vs quasar_t-softmax | EM | +2.70" in report
     assert "searchqa-coda vs searchqa-softmax | EM | +0.40" in report
+    # both metrics the paper prints are paired per question (its F1 too)
+    claims = [line for line in report.splitlines() if " vs " in line and line.startswith("| ")]
+    assert sorted(line.split(" | ")[1] for line in claims) == ["EM", "EM", "F1", "F1"]
+    assert all("p=" in line or "p<" in line for line in claims), claims

@@ -61,6 +61,28 @@ def test_ranking_units_are_questions_with_ties_in_file_order(tmp_path):
     assert aggregate(*run_units(tmp_path / "r", "test/p@1")[::2]) == pytest.approx(50.0)
 
 
+def test_f1_and_per_example_variants_of_a_metric_are_units(tmp_path):
+    """QA rows (lit_models/decaprop.py): F1 from ``f1``; ``test/f1_quasar`` from the field of
+    that name; a protocol half's metric from the rows of that half only; a split suffix
+    without its file or field is still the missing file."""
+    rows = [{"id": 0, "correct": True, "f1": 1.0, "f1_quasar": 1.0, "exact_match_unigram": 1.0},
+            {"id": 1, "correct": False, "f1": 0.5, "f1_quasar": 0.25, "f1_ngram": 0.8},
+            {"id": 2, "correct": False, "f1": 0.0, "f1_quasar": 0.0, "f1_ngram": 0.2}]
+    write_run(tmp_path / "qa", rows, {"test/f1": 0.5})
+    assert metric_name("test/f1_ngram") == ("f1", "_ngram")
+    assert aggregate(*run_units(tmp_path / "qa", "test/f1")[::2]) == pytest.approx(50.0)
+    kind, ids, stats = run_units(tmp_path / "qa", "test/f1_quasar")
+    assert ids == [0, 1, 2] and aggregate(kind, stats) == pytest.approx(125 / 3)
+    kind, ids, stats = run_units(tmp_path / "qa", "test/f1_ngram")
+    assert ids == [1, 2] and aggregate(kind, stats) == pytest.approx(50.0)
+    assert run_units(tmp_path / "qa", "test/exact_match_unigram")[1] == [0]
+    with pytest.raises(FileNotFoundError, match="predictions-test_hard.jsonl"):
+        run_units(tmp_path / "qa", "test/exact_match_hard")
+    write_run(tmp_path / "nof1", [{"id": 0, "correct": True}], {"test/f1": 1.0})
+    with pytest.raises(ValueError, match="no row has a 'f1' field"):
+        run_units(tmp_path / "nof1", "test/f1")
+
+
 def test_perplexity_exact_match_and_bleu_units(tmp_path):
     write_run(tmp_path / "lm", [{"id": 0, "tokens": 2, "nll": 3.0},
                                 {"id": 1, "tokens": 4, "nll": 1.0}], {"test/perplexity": 1.0})
