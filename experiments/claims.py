@@ -215,8 +215,10 @@ def results_file(evidence: Evidence) -> str:
     if evidence.source == "runs":
         if where.parent != RESULTS.resolve():
             return f"`{shown_path(where)}`"
-        named = [p for p in sorted(RESULTS.glob("*.md"))
-                 if p.name != BOARD.name and f"results/{where.name}" in p.read_text()]
+        named = sorted((p for p in RESULTS.glob("*.md")
+                        if p.name != BOARD.name and f"results/{where.name}" in p.read_text()),
+                       key=lambda p: (p.stem != where.name.removesuffix("_runs"),
+                                      p.name == "README.md", p.name))  # the folder's own file
         where = named[0] if named else where
     return f"[{where.name}]({where.name})"
 

@@ -16,8 +16,10 @@ import argparse
 import csv
 import importlib
 import io
+import os
 from pathlib import Path
 
+from experiments.grid_model import shown_path
 from experiments.plots import plot_curves, plot_gates, save_figure
 from experiments.report import curve_metric, format_curves, format_report, learning_curves
 from fileio import write_atomic
@@ -50,7 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     write_atomic(out.with_suffix(".csv"), rows.getvalue())
     table = (format_report(experiment, grid, args.config) + "\n\n"
              + format_curves(experiment, grid, args.config))
-    command = (f"python -m experiments.curves {args.experiment} {args.grid} "
+    runs = os.environ.get("ATTNREPRO_RUNS")  # where the runs are, part of the command
+    command = ((f"ATTNREPRO_RUNS={shown_path(runs)} " if runs else "")
+               + f"python -m experiments.curves {args.experiment} {args.grid} "
                f"--config {args.config} --out {args.out}")
     write_atomic(out.with_suffix(".md"), f"{table}\n\n(made by `{command}`)\n")
 

@@ -111,7 +111,7 @@ def test_no_arguments_print_the_overview_and_fail(capsys):
 def test_overview_of_a_single_dataset_experiment(capsys):
     coda_mt.EXPERIMENT.main(["--help"])
     lines = capsys.readouterr().out.splitlines()
-    assert "  table4  CoDA Table 4: IWSLT'15 En-Vi, test BLEU (tst2013) (2 cells)" in lines
+    assert "  table4         CoDA Table 4: IWSLT'15 En-Vi, test BLEU (tst2013) (2 cells)" in lines
     assert "  paper, small, smoke" in lines  # the configs, no dataset folders
     assert any("--model.cross_attention" in line for line in lines)
 

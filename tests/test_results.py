@@ -25,7 +25,8 @@ RESULTS = ROOT / "results"
 # files a command writes whole: a hand-written footer would be lost at the next run, so the
 # file names its command itself
 WRITTEN_WHOLE = {"coda_mlu_curve.md": "(made by `python -m experiments.curves ",
-                 "coda_mlu_study.md": "(made by `python -m experiments.curves "}
+                 "coda_mlu_study.md": "(made by `ATTNREPRO_RUNS=results/coda_mlu_study_runs "
+                                      "python -m experiments.curves "}
 
 PROVENANCE = ("Commit", "Command", "Machine", "Threads", "Rerun")
 
@@ -196,7 +197,8 @@ def test_coda_mlu_study_curves_come_out_of_the_committed_runs(tmp_path):
          "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert out.with_suffix(".csv").read_bytes() == (RESULTS / "coda_mlu_study.csv").read_bytes()
-    made = out.with_suffix(".md").read_text().replace(str(out), "results/coda_mlu_study")
+    made = out.with_suffix(".md").read_text().replace(str(out), "results/coda_mlu_study") \
+        .replace(str(runs), "results/coda_mlu_study_runs")
     assert made == (RESULTS / "coda_mlu_study.md").read_text()
     assert (out.parent / "coda_mlu_study-gates.png").exists()  # the runs logged the gate
 
