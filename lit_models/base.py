@@ -233,6 +233,8 @@ class AttnReproModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self._fit_started = time.perf_counter()
+        # a resumed run adds the training time its checkpoint's segments took
+        self._wall_before = getattr(self, "_wall_restored", 0.0)
         # the process's peak so far (resetting the kernel's high-water mark lowers getrusage's)
         self._peak_before = peak_memory_mb(self.device)
         self._memory_start = (start_memory_window() if self.device.type == "cpu"
@@ -240,7 +242,9 @@ class AttnReproModule(L.LightningModule):
 
     def on_train_end(self) -> None:
         """Logs the run's cost beside its quality (every report shows it): ``train/wall_seconds``,
-        the training loop's wall time (validation included, the test not), and
+        the training loop's wall time (validation included, the test not; a resumed run's
+        counts the earlier segments up to the checkpoint it resumed from, not the time lost
+        after that checkpoint), and
         ``train/peak_memory_mb`` (:func:`peak_memory_mb`) and ``train/step_memory_mb``, the
         training loop's peak beyond what was in memory when it started (CPU: resident set,
         :func:`memory_since_mb`; CUDA: allocated tensor bytes): the share of the memory that
@@ -248,7 +252,7 @@ class AttnReproModule(L.LightningModule):
         started = getattr(self, "_fit_started", None)
         if started is None:
             return
-        cost = {"train/wall_seconds": time.perf_counter() - started,
+        cost = {"train/wall_seconds": self.train_wall_seconds(),
                 "train/peak_memory_mb": max(peak_memory_mb(self.device),
                                             getattr(self, "_peak_before", 0.0))}
         start = getattr(self, "_memory_start", None)
@@ -259,17 +263,26 @@ class AttnReproModule(L.LightningModule):
         for logger in self.loggers:
             logger.log_metrics(cost, step=self.global_step)
 
-    # -- exact resume: the random streams travel with the checkpoint
+    def train_wall_seconds(self) -> float:
+        """The training loop's wall time so far, over every segment of a resumed run."""
+        started = getattr(self, "_fit_started", None)
+        before = getattr(self, "_wall_before", 0.0)
+        return before if started is None else before + time.perf_counter() - started
+
+    # -- exact resume: the random streams (and the training time) travel with the checkpoint
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Saves the random states as they are after the last training step: torch's (CPU
-        and every CUDA device: dropout), Python's and numpy's."""
+        and every CUDA device: dropout), Python's and numpy's; and the training time so far
+        (``train_wall_seconds``)."""
         checkpoint["rng_states"] = random_states()
+        checkpoint["train_wall_seconds"] = self.train_wall_seconds()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Keeps the saved random states for the first training step of the resumed run:
         restored there, not now, so nothing done before it (the sanity validation, loaders
-        created) can move them."""
+        created) can move them; and the training time the checkpoint's run took."""
         self._rng_to_restore = checkpoint.get("rng_states")
+        self._wall_restored = float(checkpoint.get("train_wall_seconds", 0.0))
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
         states = getattr(self, "_rng_to_restore", None)

@@ -73,6 +73,35 @@ def test_random_states_round_trip_and_stay_weights_only_loadable(tmp_path):
     assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
 
 
+def test_a_resumed_runs_training_time_adds_the_time_before_its_checkpoint(monkeypatch):
+    """train/wall_seconds of a run resumed after a stop covers the whole training (was: the
+    last segment only, so a 100K-step cell resumed every session reported hours as minutes)."""
+    from lit_models import base
+    now = [100.0]
+    monkeypatch.setattr(base.time, "perf_counter", lambda: now[0])
+    first = base.AttnReproModule()
+    first.on_train_start()
+    now[0] = 160.0
+    checkpoint = {}
+    first.on_save_checkpoint(checkpoint)
+    assert checkpoint["train_wall_seconds"] == 60.0
+    now[0] = 170.0  # the run goes on after its checkpoint and is stopped: these 10 s are lost
+    resumed = base.AttnReproModule()
+    resumed.on_load_checkpoint(checkpoint)
+    now[0] = 500.0
+    resumed.on_train_start()
+    now[0] = 530.0
+    assert resumed.train_wall_seconds() == 90.0
+    later = {}
+    resumed.on_save_checkpoint(later)
+    assert later["train_wall_seconds"] == 90.0
+    fresh = base.AttnReproModule()
+    fresh.on_load_checkpoint({"state_dict": {}})  # a checkpoint written before the key
+    fresh.on_train_start()
+    now[0] = 540.0
+    assert fresh.train_wall_seconds() == 10.0
+
+
 def test_metrics_before_keeps_the_rows_logged_before_the_checkpoint(tmp_path):
     path = tmp_path / "metrics.csv"
     path.write_text("epoch,step,train/loss,val/loss\n0,4,2.5,\n0,9,,2.4\n0,14,2.1,\n")
