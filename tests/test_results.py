@@ -1,5 +1,5 @@
 """The committed results come out again: what is derived from committed files is derived
-again here and compared (DW Table 5's report byte for byte from results/sst_table5_runs;
+again here and compared (each report of REPORTS byte for byte from its committed runs;
 the BLEU and per-seed tables from their committed JSON and CSV), every results/*.md names
 the commit, command, machine and threads that made it, results/README.md indexes every
 file, and ``make results`` (the reruns that need training or timing) writes none of the
@@ -44,11 +44,7 @@ def table_rows(text: str, header: str) -> list[list[str]]:
     return rows
 
 
-# -- DW Table 5: `report` on the committed runs --------------------------------------------------
-SST = RESULTS / "sst_table5_repro.md"
-SST_RUNS = RESULTS / "sst_table5_runs"
-
-
+# -- `report` on committed runs -----------------------------------------------------------------
 def printed_block(text: str, section: str) -> str:
     """What `report` printed in ``section`` of a results file: the lines after 'What
     `report` printed:' up to the paragraph 'Reading it.'."""
@@ -56,24 +52,31 @@ def printed_block(text: str, section: str) -> str:
     return body.split("What `report` printed:\n\n", 1)[1].split("\nReading it.", 1)[0]
 
 
+# (results file, its section, committed runs folder, script, report arguments): `report` on
+# the committed runs prints the file's 'What `report` printed:' block of that section
+REPORTS = [
+    ("sst_table5_repro.md", "## Differentiable Window Table 5, SST column", "sst_table5_runs",
+     "experiments/dwin_classification.py", ["table5", "--config", "repro"]),
+]
+
+
 @pytest.mark.slow
-def test_dwin_table5_report_comes_out_of_the_committed_runs(tmp_path):
+@pytest.mark.parametrize("name, section, folder, script, args", REPORTS,
+                         ids=[r[0] for r in REPORTS])
+def test_report_comes_out_of_the_committed_runs(tmp_path, name, section, folder, script, args):
     """The command the file names, on a copy of the committed runs (report writes nothing,
     and a test never writes into tracked files), prints the committed table to the byte."""
     runs = tmp_path / "runs"
-    shutil.copytree(SST_RUNS, runs)
+    shutil.copytree(RESULTS / folder, runs)
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(ATTNREPRO_RUNS=str(runs), ATTNREPRO_CACHE=str(tmp_path / "cache"),
                HOME=str(tmp_path), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
-    proc = subprocess.run(
-        [sys.executable, "experiments/dwin_classification.py", "report", "table5",
-         "--config", "repro"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, script, "report", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    committed = printed_block(SST.read_text(), "## Differentiable Window Table 5, SST column")
-    assert proc.stdout == committed
-    assert "ATTNREPRO_RUNS=results/sst_table5_runs python experiments/dwin_classification.py " \
-           "report table5 --config repro" in SST.read_text()
+    text = (RESULTS / name).read_text()
+    assert proc.stdout == printed_block(text, section)
+    assert f"ATTNREPRO_RUNS=results/{folder} python {script} report {' '.join(args)}" in text
 
 
 def test_printed_block_is_the_text_between_its_markers():
@@ -215,7 +218,8 @@ def test_results_index_lists_every_file_and_nothing_else():
 
 
 # -- make results ------------------------------------------------------------------------------
-READ_BY_TESTS = {SST, *SST_RUNS.rglob("*"), RESULTS / "coda_mt_small.md",
+READ_BY_TESTS = {*(p for r in REPORTS for p in (RESULTS / r[2]).rglob("*")),
+                 RESULTS / "coda_mt_small.md",
                  *(RESULTS / "coda_mt_small").glob("*"), RESULTS / "qadm_mt_small.md",
                  *(RESULTS / "qadm_mt_small").glob("*"), RESULTS / "coda_ranking_wikiqa_cpu.md",
                  RESULTS / "coda_ranking_wikiqa_cpu.csv", *RESULTS.glob("*.md")}
