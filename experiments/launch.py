@@ -181,11 +181,12 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
           f"{f', {threads} thread(s) each' if threads else ''}; logs in {run.folder}",
           flush=True)
     failed: list[Path] = []
+    held: list[Path] = []  # cells another grid was running: not run here, not failed
     running: list[Launched] = []
     start = time.time()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        _run_jobs(run, args.jobs, todo, running, failed)
+        _run_jobs(run, args.jobs, todo, running, failed, held)
     except KeyboardInterrupt:
         for launched in running:
             _stop(launched.proc)
@@ -202,8 +203,13 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
     from experiments.loggers import log_grid_summary  # Lightning's loggers: not before here
 
     log_grid_summary(experiment, grid, config)
-    if failed:
-        raise SystemExit(f"{len(failed)} run(s) failed: " + ", ".join(map(str, failed)))
+    problems = [f"{len(failed)} run(s) failed: " + ", ".join(map(str, failed))] if failed else []
+    if held:
+        problems.append(f"{len(held)} run(s) not run, another grid was running them: "
+                        + ", ".join(map(str, held))
+                        + " (rerun with --skip-done once it has finished)")
+    if problems:
+        raise SystemExit("; ".join(problems))
 
 
 def _not_done(run: GridRun, todo: list[Job]) -> list[Job]:
@@ -226,15 +232,16 @@ def _raise_interrupt(signum, frame):
 
 
 def _run_jobs(run: GridRun, jobs: int, todo: list[Job], running: list[Launched],
-              failed: list[Path]) -> None:
+              failed: list[Path], held: list[Path]) -> None:
     """Run ``todo``, ``jobs`` at a time; ``running`` holds the runs started and not yet
-    finished (for the caller to stop), ``failed`` gets the folder of each run that failed."""
+    finished (for the caller to stop), ``failed`` gets the folder of each run that failed,
+    ``held`` that of each cell left alone because another grid runs it."""
     while todo or running:
         while todo and len(running) < jobs:
             job = todo.pop(0)
             lock = run_lock(run.folder, job.name)
             if lock is None:  # another grid runs this very cell and seed: leave it alone
-                failed.append(run.folder / job.name)
+                held.append(run.folder / job.name)
                 print(f"  NOT RUN {job.label}: another grid is running it "
                       f"({lock_holder(run.folder, job.name)}); rerun with --skip-done "
                       "once it has finished", flush=True)
