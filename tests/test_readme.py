@@ -241,3 +241,18 @@ def _imported_or_defined(module: Path) -> set[str]:
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
     return names
+
+
+def test_claims_counts_are_the_boards():
+    """The README's count of the claims board (how many claims, how many hold, are not
+    significant, reversed, not run) is the committed board's 'all' row."""
+    board = (ROOT / "results" / "CLAIMS.md").read_text()
+    total, *counts = re.search(r"^\| all \| (\d+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|$", board,
+                               flags=re.M).groups()
+    said = re.sub(r"\s+", " ", README)
+    assert f"every claim a grid names ({total})" in said
+    today = said.split("Today: ", 1)[1]
+    said_counts = [re.search(pattern, today).group(1) for pattern in
+                   (r"^(\d+) hold", r"(\d+) not significant", r"(\d+) reversed",
+                    r"(\d+) not run here")]
+    assert said_counts == counts

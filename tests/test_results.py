@@ -57,6 +57,8 @@ def printed_block(text: str, section: str) -> str:
 REPORTS = [
     ("sst_table5_repro.md", "## Differentiable Window Table 5, SST column", "sst_table5_runs",
      "experiments/dwin_classification.py", ["table5", "--config", "repro"]),
+    ("coda_mt_chosen.md", "# CoDA Table 4 path", "coda_mt_chosen_runs", "experiments/coda_mt.py",
+     ["table4_chosen", "--config", "small", "--curve"]),
 ]
 
 
@@ -103,6 +105,21 @@ def test_coda_mt_small_bleu_tables_are_the_committed_bleu_files():
         assert bp == f"{b['bp']:.3f}" and lengths == f"{b['sys_len']} / {b['ref_len']}"
     report = {r[0]: r[2] for r in table_rows(text, "| cell | paper BLEU | ours BLEU")}
     assert report == {m: f"{bleu[m]['bleu']['score']:.2f} (n=1)" for m in bleu}
+
+
+def test_coda_mt_chosen_bleu_details_are_the_committed_bleu_files():
+    text = (RESULTS / "coda_mt_chosen.md").read_text()
+    runs = RESULTS / "coda_mt_chosen_runs" / "coda_mt" / "table4_chosen-small"
+    bleu = {p.parent.name.removesuffix("-seed0"): json.loads(p.read_text())
+            for p in sorted(runs.glob("*-seed0/bleu-test.json"))}
+    details = table_rows(text, "| model | tokenized BLEU")
+    assert [r[0] for r in details] == ["transformer", "coda", "coda_beta0.25"]
+    assert sorted(bleu) == sorted(r[0] for r in details)
+    for model, tokenized, sacre, bp, lengths, precisions in details:
+        b, s = bleu[model]["bleu"], bleu[model]["sacrebleu"]
+        assert tokenized == f"{b['score']:.2f}" and sacre == f"{s['score']:.2f}"
+        assert bp == f"{b['bp']:.3f}" and lengths == f"{b['sys_len']} / {b['ref_len']}"
+        assert precisions == " / ".join(f"{p:.1f}" for p in b["precisions"])
 
 
 def test_qadm_mt_small_bleu_tables_are_the_committed_bleu_files():
