@@ -94,15 +94,24 @@ def bleu_files(folder: Path, pattern: str) -> dict[str, dict]:
             for p in sorted(folder.glob("*-bleu-test.json"))}
 
 
+def check_bleu_details(rows: list[list[str]], bleu: dict[str, dict]) -> None:
+    """Each row of a BLEU details table (name, tokenized, sacreBLEU, BP, hyp / ref tokens,
+    and n-gram precisions where the table has them) is the bleu-test.json of that name."""
+    for name, tokenized, sacre, bp, lengths, *precisions in rows:
+        b, s = bleu[name]["bleu"], bleu[name]["sacrebleu"]
+        assert tokenized == f"{b['score']:.2f}" and sacre == f"{s['score']:.2f}"
+        assert bp == f"{b['bp']:.3f}" and lengths == f"{b['sys_len']} / {b['ref_len']}"
+        if precisions:
+            assert precisions == [" / ".join(f"{p:.1f}" for p in b["precisions"])]
+
+
 def test_coda_mt_small_bleu_tables_are_the_committed_bleu_files():
     text = (RESULTS / "coda_mt_small.md").read_text()
     bleu = bleu_files(RESULTS / "coda_mt_small", r"(.+)-bleu-test\.json")
     details = table_rows(text, "| model | tokenized BLEU")
     assert sorted(r[0] for r in details) == sorted(bleu) == ["coda", "transformer"]
-    for model, tokenized, sacre, bp, lengths in details:
-        b, s = bleu[model]["bleu"], bleu[model]["sacrebleu"]
-        assert tokenized == f"{b['score']:.2f}" and sacre == f"{s['score']:.2f}"
-        assert bp == f"{b['bp']:.3f}" and lengths == f"{b['sys_len']} / {b['ref_len']}"
+    assert all(len(r) == 5 for r in details)
+    check_bleu_details(details, bleu)
     report = {r[0]: r[2] for r in table_rows(text, "| cell | paper BLEU | ours BLEU")}
     assert report == {m: f"{bleu[m]['bleu']['score']:.2f} (n=1)" for m in bleu}
 
@@ -115,11 +124,8 @@ def test_coda_mt_chosen_bleu_details_are_the_committed_bleu_files():
     details = table_rows(text, "| model | tokenized BLEU")
     assert [r[0] for r in details] == ["transformer", "coda", "coda_beta0.25"]
     assert sorted(bleu) == sorted(r[0] for r in details)
-    for model, tokenized, sacre, bp, lengths, precisions in details:
-        b, s = bleu[model]["bleu"], bleu[model]["sacrebleu"]
-        assert tokenized == f"{b['score']:.2f}" and sacre == f"{s['score']:.2f}"
-        assert bp == f"{b['bp']:.3f}" and lengths == f"{b['sys_len']} / {b['ref_len']}"
-        assert precisions == " / ".join(f"{p:.1f}" for p in b["precisions"])
+    assert all(len(r) == 6 for r in details)
+    check_bleu_details(details, bleu)
 
 
 def test_qadm_mt_small_bleu_tables_are_the_committed_bleu_files():
@@ -127,11 +133,8 @@ def test_qadm_mt_small_bleu_tables_are_the_committed_bleu_files():
     bleu = bleu_files(RESULTS / "qadm_mt_small", r"en_vi-(.+)-bleu-test\.json")
     details = table_rows(text, "| attention | tokenized BLEU")
     assert sorted(r[0] for r in details) == sorted(bleu) == ["additive", "aqt", "mqt"]
-    for name, tokenized, sacre, bp, lengths, precisions in details:
-        b, s = bleu[name]["bleu"], bleu[name]["sacrebleu"]
-        assert tokenized == f"{b['score']:.2f}" and sacre == f"{s['score']:.2f}"
-        assert bp == f"{b['bp']:.3f}" and lengths == f"{b['sys_len']} / {b['ref_len']}"
-        assert precisions == " / ".join(f"{p:.1f}" for p in b["precisions"])
+    assert all(len(r) == 6 for r in details)
+    check_bleu_details(details, bleu)
     test_bleu = {r[0]: r[4] for r in table_rows(text, "| cell | paper Dev BLEU")}
     for name, b in bleu.items():
         assert test_bleu[f"en_vi-{name}"] == f"{b['bleu']['score']:.2f} (n=1)"
