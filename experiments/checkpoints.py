@@ -82,10 +82,11 @@ def resumable_checkpoint(run_dir: Path, say: Callable[[str], object] | None = No
     to ``say``.  None without such a checkpoint (the run starts over)."""
     candidates = checkpoints_latest_first(run_dir)
     logged = logged_steps(run_dir / "metrics.csv")
+    due = validation_due(run_dir / "config.yaml")
     for i, path in enumerate(candidates):
         problem = checkpoint_problem(path)
         if problem is None:
-            problem = unlogged_after(path, logged)
+            problem = unlogged_after(path, logged, due)
             if problem is None:
                 return path
         else:
@@ -127,21 +128,44 @@ def logged_steps(path: Path) -> tuple[set[int], set[int]]:
     return steps, validated
 
 
-def unlogged_after(path: Path, logged: tuple[set[int], set[int]]) -> str | None:
+def validation_due(config: Path) -> Callable[[int], bool] | None:
+    """Whether the fit of a run's saved config.yaml validates at the end of a given step:
+    known when it validates every ``trainer.val_check_interval`` steps (an int, with
+    ``check_val_every_n_epoch: null``), then also at ``max_steps``; None otherwise (another
+    cadence, or no readable config)."""
+    import yaml
+
+    try:
+        trainer = (yaml.safe_load(config.read_text()) or {}).get("trainer") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    every, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps")
+    if (not isinstance(every, int) or isinstance(every, bool) or every < 1
+            or trainer.get("check_val_every_n_epoch") is not None):
+        return None
+    return lambda step: step % every == 0 or step == max_steps
+
+
+def unlogged_after(path: Path, logged: tuple[set[int], set[int]],
+                   due: Callable[[int], bool] | None = None) -> str | None:
     """Why resuming from the whole checkpoint ``path`` would lose metrics, or None.
 
     Lightning writes a step checkpoint at the end of its batch, before that batch's metrics
-    row and before a validation due at that step, and a fit resumed from it skips that
-    validation and that row (Lightning 2.6: the loop counts the validation as done): both
-    must already be in metrics.csv, which holds them once it has a row of a later step (rows
-    are written in order) or the validation's row (its step is the checkpoint's minus one).
-    A run stopped before they were written resumes from the checkpoint before instead."""
+    row (logged at the checkpoint's step minus one) and before a validation due at that
+    step, and a fit resumed from it skips that validation and that row (Lightning 2.6: the
+    loop counts the validation as done): both must already be in metrics.csv, which holds
+    them once it has a row of a later step (rows are written in order) or the validation's
+    row (its step is the checkpoint's minus one).  When ``due`` (:func:`validation_due`)
+    says no validation falls at that step, the batch's own row is enough.  A run stopped
+    before they were written resumes from the checkpoint before instead."""
     import torch  # only when there is a checkpoint to read
 
     step = int(torch.load(path, map_location="cpu", mmap=True, weights_only=False)
                .get("global_step", 0))
     steps, validated = logged
     if step == 0 or any(s >= step for s in steps) or step - 1 in validated:
+        return None
+    if step - 1 in steps and due is not None and not due(step):
         return None
     return (f"the metrics after its step {step} were not written (stopped before the next "
             "row or its validation's row reached metrics.csv)")

@@ -111,7 +111,7 @@ class GridRun:
         run_dir = self.folder / job.name
         checkpoint = latest_checkpoint(run_dir) if self.resume else None
         if checkpoint is None:
-            shutil.rmtree(run_dir, ignore_errors=True)  # a cell run starts fresh
+            set_aside_or_remove(run_dir, job.label, self.resume)  # a cell run starts fresh
         else:  # those passed over (cut short, or ahead of their metrics) are written again
             for path in checkpoints_latest_first(run_dir):
                 if path == checkpoint:
@@ -131,6 +131,21 @@ class GridRun:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 cwd=PROJECT_ROOT, start_new_session=True)
         return Launched(job, proc, log, run_dir)
+
+
+def set_aside_or_remove(run_dir: Path, label: str, resume: bool) -> None:
+    """Clear a run's folder for a fresh start.  A resume (``--skip-done``) that found no
+    checkpoint to go on from never deletes the checkpoints it passed over (a whole one is
+    hours of training whose last metrics did not reach the disk): the folder is renamed
+    ``<name>.stopped-<time>`` beside it, said in one line, for a ``fit --ckpt_path`` by
+    hand; otherwise the folder is removed."""
+    if resume and checkpoints_latest_first(run_dir):
+        aside = run_dir.with_name(f"{run_dir.name}.stopped-{time.strftime('%Y%m%dT%H%M%S')}")
+        run_dir.rename(aside)
+        print(f"  {label}: no checkpoint to resume from; its stopped run is kept in {aside} "
+              "(its checkpoints with it); starting over", flush=True)
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def latest_checkpoint(run_dir: Path, say=None) -> Path | None:

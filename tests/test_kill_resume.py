@@ -21,7 +21,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.checkpoints import AtomicCheckpointIO, checkpoint_problem, resumable_checkpoint
+from experiments.checkpoints import (
+    AtomicCheckpointIO,
+    checkpoint_problem,
+    resumable_checkpoint,
+    validation_due,
+)
+from experiments.launch import set_aside_or_remove
 from tests.conftest import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,6 +193,11 @@ def test_a_cell_stopped_at_every_kind_of_moment_ends_as_an_uninterrupted_run(tmp
     assert ("epoch=0-step=10.ckpt: the metrics after its step 10 were not written (stopped "
             "before the next row or its validation's row reached metrics.csv); no earlier "
             "checkpoint: starting over") in said
+    # the checkpoint passed over is not deleted: the stopped run is set aside beside the cell
+    aside = [d for d in cell.parent.iterdir() if d.name.startswith(f"{cell.name}.stopped-")]
+    assert len(aside) == 1 and (aside[0] / "checkpoints" / "epoch=0-step=10.ckpt").exists()
+    assert (f"  transformer seed 0: no checkpoint to resume from; its stopped run is kept in "
+            f"{aside[0]} (its checkpoints with it); starting over") in said
 
     # 3. killed while a checkpoint of step 20 is written
     partial = kill_mid_checkpoint(env, cell, tmp_path / "held")  # from last.ckpt, of step 10
@@ -307,3 +318,87 @@ def test_a_checkpoint_whose_later_metrics_never_reached_the_disk_is_passed_over(
         "from epoch=0-step=10.ckpt instead"]
     metrics.unlink()
     assert resumable_checkpoint(run_dir) is None
+
+
+def test_a_checkpoint_between_validations_resumes_once_its_own_batch_row_is_on_disk(tmp_path):
+    """Seen in a 100K-step run (validation every 5,000 steps, a checkpoint every 1,000, rows
+    every 100): stopped after the checkpoint of step 42,000 and its batch's row (step
+    41,999) reached the disk, before the row of step 42,099.  No validation falls at step
+    42,000, so nothing is lost by resuming from it; at step 45,000 the validation's row is
+    still needed; with a cadence the saved config does not state, the later row is."""
+    run_dir = tmp_path / "run"
+    folder = run_dir / "checkpoints"
+    (run_dir / "config.yaml").parent.mkdir(parents=True)
+    config = "trainer:\n  max_steps: 100000\n  val_check_interval: 5000\n" \
+             "  check_val_every_n_epoch: null\n"
+    (run_dir / "config.yaml").write_text(config)
+    metrics = run_dir / "metrics.csv"
+    header = "epoch,step,train/loss,val/em\n"
+    rows = "".join(f"0,{s},2.5,\n" for s in range(39999, 42000, 100)) + "0,39999,,60.0\n"
+    metrics.write_text(header + rows)
+    write_checkpoint(folder / "epoch=0-step=41000.ckpt", 41000)
+    write_checkpoint(folder / "epoch=0-step=42000.ckpt", 42000)
+    write_checkpoint(folder / "last.ckpt", 42000)
+    said = []
+    assert resumable_checkpoint(run_dir, said.append).name == "last.ckpt" and not said
+
+    for path in folder.iterdir():
+        path.unlink()
+    write_checkpoint(folder / "epoch=0-step=44000.ckpt", 44000)
+    write_checkpoint(folder / "last.ckpt", 45000)
+    metrics.write_text(header + "".join(f"0,{s},2.5,\n" for s in range(43999, 45000, 100)))
+    assert resumable_checkpoint(run_dir, said.append).name == "epoch=0-step=44000.ckpt"
+    assert said == [f"  {folder / 'last.ckpt'}: the metrics after its step 45000 were not "
+                    "written (stopped before the next row or its validation's row reached "
+                    "metrics.csv); resuming from epoch=0-step=44000.ckpt instead"]
+    metrics.write_text(metrics.read_text() + "0,44999,,61.0\n")  # the validation's row
+    assert resumable_checkpoint(run_dir).name == "last.ckpt"
+
+    (run_dir / "config.yaml").write_text(config.replace("null", "1"))  # once per epoch
+    metrics.write_text(header + "".join(f"0,{s},2.5,\n" for s in range(41999, 44100, 100)))
+    assert resumable_checkpoint(run_dir).name == "epoch=0-step=44000.ckpt"  # a later row
+    metrics.write_text(header + "".join(f"0,{s},2.5,\n" for s in range(41999, 44000, 100)))
+    assert resumable_checkpoint(run_dir) is None  # its own row is there, its cadence unknown
+
+
+@pytest.mark.parametrize(("trainer", "due"), [
+    ({"val_check_interval": 5000, "check_val_every_n_epoch": None, "max_steps": 12345},
+     [5000, 10000, 12345]),
+    ({"val_check_interval": 10, "check_val_every_n_epoch": None}, [10, 20, 30, 40]),
+    ({"val_check_interval": 0.5, "check_val_every_n_epoch": None}, None),  # share of an epoch
+    ({"val_check_interval": 10, "check_val_every_n_epoch": 1}, None),
+    ({"val_check_interval": True, "check_val_every_n_epoch": None}, None),
+    ({}, None)])
+def test_the_validation_steps_come_from_the_runs_saved_config(tmp_path, trainer, due):
+    import yaml
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"trainer": trainer}))
+    got = validation_due(config)
+    assert (None if got is None else [s for s in range(1, 12346) if got(s)][:4]) == due
+    assert validation_due(tmp_path / "missing.yaml") is None
+    config.write_text("trainer: [unclosed")
+    assert validation_due(config) is None
+
+
+def test_a_fresh_start_after_a_resume_found_nothing_keeps_the_stopped_run(tmp_path, capsys):
+    """What ``grid --skip-done`` passed over is renamed aside, never deleted; a run without
+    checkpoints, or a start without --skip-done, clears the folder."""
+    run_dir = tmp_path / "coda-seed0"
+    write_checkpoint(run_dir / "checkpoints" / "last.ckpt", 42000)
+    (run_dir / "metrics.csv").write_text("epoch,step\n0,41999\n")
+    set_aside_or_remove(run_dir, "coda seed 0", resume=True)
+    aside = [d for d in tmp_path.iterdir() if d.name.startswith("coda-seed0.stopped-")]
+    assert not run_dir.exists() and len(aside) == 1
+    assert (aside[0] / "checkpoints" / "last.ckpt").exists()
+    assert (aside[0] / "metrics.csv").read_text() == "epoch,step\n0,41999\n"
+    assert capsys.readouterr().out == (
+        f"  coda seed 0: no checkpoint to resume from; its stopped run is kept in {aside[0]} "
+        "(its checkpoints with it); starting over\n")
+    for resume, checkpoint in [(True, False), (False, True)]:
+        (run_dir / "checkpoints").mkdir(parents=True)
+        if checkpoint:
+            write_checkpoint(run_dir / "checkpoints" / "last.ckpt", 10)
+        set_aside_or_remove(run_dir, "coda seed 0", resume=resume)
+        assert not run_dir.exists()
+    assert len(list(tmp_path.iterdir())) == 1 and not capsys.readouterr().out
