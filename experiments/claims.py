@@ -8,7 +8,8 @@ walks every named claim (``Grid.claims``: baseline -> proposal) of every grid of
 experiment script (experiments/*.py with an ``EXPERIMENT``) and writes one row per claim:
 the paper, its table, the cells compared, the paper's difference, ours with its 95%
 interval and seeds x units, the verdict (holds / not significant / reversed / not run here,
-and why), the config it was measured at and a link to its results file; below each grid's
+and why), the config it was measured at and a link to its results file (a grid's own
+comparisons, without a paper number, counted apart from the papers' claims); below each grid's
 table, the paper's setting (the grid's note) and every deviation the configs' own comments
 state (``not stated`` where a config has none).
 
@@ -266,11 +267,25 @@ class Row:
     evidence: Evidence | Untested | None  # the best evidence, else why not
     verdict: str  # the first metric's, for the counts
 
+    @property
+    def paper_claim(self) -> bool:
+        """Whether the paper reports a difference for it (else the suite's own comparison:
+        a study's setting, the setting it chose, against a cell of the paper)."""
+        return not self.paper_diff.startswith("- ")
+
 
 def paper_diffs(grid: Grid, baseline: str, proposal: str) -> str:
+    """The paper's differences on the metrics a claim is tested on; where it gives none
+    there, those on the grid's other metrics (a validation figure: no per-example test),
+    marked so; ``- (no number for both)`` where it gives none at all (the suite's own
+    comparison)."""
     b, p = grid.cell(baseline).paper, grid.cell(proposal).paper
-    diffs = [f"{label} {p[label] - b[label]:+.2f}" for label in claim_labels(grid)
-             if b.get(label) is not None and p.get(label) is not None]
+    both = [label for label in grid.metrics if b.get(label) is not None
+            and p.get(label) is not None]
+    tested = claim_labels(grid)
+    diffs = ([f"{label} {p[label] - b[label]:+.2f}" for label in both if label in tested]
+             or [f"{label} {p[label] - b[label]:+.2f} (not a test metric: ours is tested on "
+                 f"{next(iter(tested), '-')})" for label in both])
     return "<br>".join(diffs) or "- (no number for both)"
 
 
@@ -332,10 +347,26 @@ def format_row(row: Row) -> str:
     return f"{claim} {ours} | {seeds} | {verdicts} | {at} | {link} |"
 
 
+def summary(rows: list[Row], what: str, total: str) -> list[str]:
+    """The counts of ``rows`` per paper and verdict, a last line ``total`` over them all."""
+    counts = Counter((paper_of(r.experiment), verdict_of(r)) for r in rows)
+    lines = [f"| paper | {what} | " + " | ".join(VERDICTS) + " |",
+             "|---|---|" + "---|" * len(VERDICTS)]
+    for paper in [*dict.fromkeys(paper_of(r.experiment) for r in rows), total]:
+        n = [sum(c for (p, v), c in counts.items() if v == verdict and paper in (p, total))
+             for verdict in VERDICTS]
+        lines.append(f"| {paper} | {sum(n)} | " + " | ".join(map(str, n)) + " |")
+    return lines
+
+
+#: the last line of the board's second summary (the suite's own comparisons)
+OWN_TOTAL = "all, the suite's own"
+
+
 def format_board(rows: list[Row], figure: Path, runs: Path | None = None) -> str:
     """The board's markdown; ``figure``: the file of :func:`board_figure`, beside it."""
-    counts = Counter((paper_of(r.experiment), verdict_of(r)) for r in rows)
     papers = list(dict.fromkeys(paper_of(r.experiment) for r in rows))
+    own = [r for r in rows if not r.paper_claim]
     lines = ["# Claims board: which claims of the four papers hold here?", "",
              "Every gain a paper claims that a grid of this suite names (`Grid.claims`: "
              "baseline -> proposal), one row each: the paper's difference, ours with its 95% "
@@ -346,18 +377,21 @@ def format_board(rows: list[Row], figure: Path, runs: Path | None = None) -> str
              f"'{NOT_RUN}': no data (no runs of both cells), smoke only (only the smoke "
              f"config ran: a check that it runs, not a measurement), or no paired test. "
              f"{ONE_SEED_NOTE} Where a claim has several metrics, each is on its own line; "
-             "the counts use the first (the paper's first column).", "",
+             "the counts use the first (the paper's first column). A grid also names "
+             "comparisons of its own, with no paper number for one of the two cells (a "
+             "study's settings against the paper's default, the setting it chose against "
+             "the paper's cells): they are on the board (paper diff '- (no number for "
+             "both)'; 'holds' there reads 'the proposal is better') and counted apart, never "
+             "among the paper's claims.", "",
              "Sources: report's paired tests recomputed on the committed runs folders under "
              "results/" + (f" and `{shown_path(runs)}`" if runs else "") + ", else the "
              "claims tables `report` printed into a committed results file whose runs are "
              "not committed; per claim the evidence with the most seeds, then test units.",
-             "", "## Summary", "",
-             "| paper | claims | " + " | ".join(VERDICTS) + " |",
-             "|---|---|" + "---|" * len(VERDICTS)]
-    for paper in papers + ["all"]:
-        n = [sum(c for (p, v), c in counts.items() if v == verdict and paper in (p, "all"))
-             for verdict in VERDICTS]
-        lines.append(f"| {paper} | {sum(n)} | " + " | ".join(map(str, n)) + " |")
+             "", "## Summary", "", "The papers' claims (a difference the paper reports):",
+             "", *summary([r for r in rows if r.paper_claim], "claims", "all")]
+    if own:
+        lines += ["", "The suite's own comparisons (no paper number for one of the two "
+                  "cells):", "", *summary(own, "comparisons", OWN_TOTAL)]
     lines += ["", f"![The claims measured here: ours with its 95% interval beside the "
                   f"paper's difference]({figure.name})"]
     for paper in papers:
@@ -441,9 +475,13 @@ def main(argv: list[str] | None = None) -> None:
     from experiments.plots import save_figure
 
     save_figure(board_figure(rows), figure)
-    counts = Counter(verdict_of(r) for r in rows)
-    print(f"{shown_path(args.out)}: {len(rows)} claims; "
-          + ", ".join(f"{v} {counts[v]}" for v in VERDICTS))
+    said = []
+    for what, kept in (("claims of the papers", [r for r in rows if r.paper_claim]),
+                       ("comparisons of the suite's own", [r for r in rows if not r.paper_claim])):
+        counts = Counter(verdict_of(r) for r in kept)
+        said.append(f"{len(kept)} {what} ("
+                    + ", ".join(f"{v} {counts[v]}" for v in VERDICTS) + ")")
+    print(f"{shown_path(args.out)}: " + "; ".join(said))
 
 
 if __name__ == "__main__":
