@@ -211,8 +211,10 @@ def grid_parser(experiment: Experiment, command: str,
                         "compare machines")
     if command in ("grid", "cell"):
         p.add_argument("--force", action="store_true",
-                       help="replace runs that finished before (default: refuse, naming them"
-                            + ("; --skip-done keeps them)" if command == "grid" else ")"))
+                       help="replace runs that finished before, and start again runs that "
+                            "stopped leaving checkpoints (default: refuse, naming them"
+                            + ("; --skip-done keeps the first and resumes the others)"
+                               if command == "grid" else ")"))
     if command == "grid":  # how to run them here (a sweep's agents decide for themselves)
         p.add_argument("--jobs", type=count(1), default=1, metavar="N",
                        help="cells run in parallel (default: 1)")

@@ -8,6 +8,7 @@ calls) and ``sweep`` writes the W&B sweep YAML of the grid.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -191,6 +192,13 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
         raise SystemExit(f"{experiment.name}.py grid: {len(finished)} run(s) in {run.folder} "
                          f"finished before: {', '.join(job.label for job in finished)}; "
                          "--skip-done keeps them (and runs the others), --force replaces them")
+    stopped = [] if args.force or args.skip_done else stopped_runs(run, todo)
+    if stopped:  # nor is the checkpoint of a stopped one thrown away unasked
+        raise SystemExit(f"{experiment.name}.py grid: {len(stopped)} run(s) in {run.folder} "
+                         f"stopped before with checkpoints: "
+                         f"{', '.join(f'{job.label} (step {step:,})' for job, step in stopped)}; "
+                         "--skip-done resumes them (and keeps the finished ones), --force "
+                         "starts them again")
     print(f"{experiment.name} grid {grid.name} ({grid.title}), config {config}: "
           f"{len(todo)} runs, {args.jobs} at a time"
           f"{f', {threads} thread(s) each' if threads else ''}; logs in {run.folder}",
@@ -225,6 +233,26 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
                         + " (rerun with --skip-done once it has finished)")
     if problems:
         raise SystemExit("; ".join(problems))
+
+
+def stopped_runs(run: GridRun, todo: list[Job]) -> list[tuple[Job, int]]:
+    """The jobs whose run stopped before its end leaving checkpoints (not one another grid
+    is running now), with the step of the latest: a start that is not a resume would
+    throw them away."""
+    out = []
+    for job in todo:
+        run_dir = run.folder / job.name
+        checkpoints = checkpoints_latest_first(run_dir)
+        if not checkpoints or run.finished(job):
+            continue
+        lock = run_lock(run.folder, job.name)
+        if lock is None:  # running in another grid: _run_jobs leaves it alone and says so
+            continue
+        lock.close()
+        steps = [int(m.group(1)) for p in checkpoints
+                 if (m := re.search(r"step=(\d+)", p.name))]
+        out.append((job, max(steps, default=0)))
+    return out
 
 
 def _not_done(run: GridRun, todo: list[Job]) -> list[Job]:
@@ -304,6 +332,13 @@ def run_one_cell(experiment: Experiment, argv: list[str]) -> None:
         raise SystemExit(f"{experiment.name}.py cell: {job.label} is being run by "
                          f"{lock_holder(run.folder, job.name)} in {run.folder / job.name}; "
                          "nothing was changed")
+    if not args.force and checkpoints_latest_first(run.folder / job.name):
+        lock.close()
+        raise SystemExit(f"{experiment.name}.py cell: {job.label} stopped before with "
+                         f"checkpoints ({run.folder / job.name}); `grid {grid.name} --config "
+                         f"{config} --cells {job.cell.name}"
+                         f"{f' --seeds {job.seed + 1}' if job.seed else ''} --skip-done` "
+                         "resumes it, --force starts it again")
     launched = run.launch(job)
     launched.lock = lock
     launched.proc.wait()

@@ -38,6 +38,47 @@ def test_a_second_grid_leaves_a_running_cell_alone(tmp_path, monkeypatch, capsys
     assert run_lock(folder, "transformer-seed0") is not None  # free once the first is done
 
 
+def test_a_stopped_run_is_not_thrown_away_without_being_asked(tmp_path, monkeypatch, capsys):
+    """A run that stopped leaving checkpoints (hours of a long run) is neither wiped by a
+    grid started without --skip-done nor by ``cell``: both refuse, naming it and its step,
+    and change nothing; one another grid runs now is left to that grid (NOT RUN)."""
+    monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path))
+    folder = tmp_path / "coda_mlu" / "table6-smoke"
+    for name, step in (("transformer-seed0", 42000), ("coda-seed1", 7000)):
+        checkpoints = folder / name / "checkpoints"
+        checkpoints.mkdir(parents=True)
+        (checkpoints / f"epoch=0-step={step}.ckpt").write_bytes(b"weights")
+        (checkpoints / "last.ckpt").write_bytes(b"weights")
+        (folder / name / "metrics.csv").write_text(f"epoch,step,train/loss\n0,{step - 1},1.0\n")
+
+    def files() -> list[Path]:  # the runs' files (the lock files beside them aside)
+        return sorted(p.relative_to(folder) for p in folder.rglob("*")
+                      if not p.name.endswith(".lock"))
+
+    before = files()
+    with pytest.raises(SystemExit) as refused:
+        coda_mlu.EXPERIMENT.main(["grid", "table6", "--smoke", "--seeds", "2"])
+    assert str(refused.value) == (
+        f"coda_mlu.py grid: 2 run(s) in {folder} stopped before with checkpoints: transformer "
+        "seed 0 (step 42,000), coda seed 1 (step 7,000); --skip-done resumes them (and keeps "
+        "the finished ones), --force starts them again")
+    with pytest.raises(SystemExit) as refused:
+        coda_mlu.EXPERIMENT.main(["cell", "table6", "--smoke", "--cell", "coda", "--seed", "1"])
+    assert str(refused.value) == (
+        f"coda_mlu.py cell: coda seed 1 stopped before with checkpoints ({folder / 'coda-seed1'}"
+        "); `grid table6 --config smoke --cells coda --seeds 2 --skip-done` resumes it, --force "
+        "starts it again")
+    held = run_lock(folder, "transformer-seed0")  # another grid resumes this one now
+    try:
+        with pytest.raises(SystemExit) as refused:
+            coda_mlu.EXPERIMENT.main(["grid", "table6", "--smoke", "--seeds", "2"])
+    finally:
+        held.close()
+    assert "stopped before with checkpoints: coda seed 1 (step 7,000);" in str(refused.value)
+    assert files() == before and len(before) == 10
+    assert not capsys.readouterr().out
+
+
 def cell_pids(name: str, env: dict) -> list[int]:
     """Processes whose command line names the run ``name`` and whose runs folder is the one
     of ``env`` (this test's: another test or a user's grid may run a cell of that name at
