@@ -59,6 +59,8 @@ REPORTS = [
      "experiments/dwin_classification.py", ["table5", "--config", "repro"]),
     ("coda_mt_chosen.md", "# CoDA Table 4 path", "coda_mt_chosen_runs", "experiments/coda_mt.py",
      ["table4_chosen", "--config", "small", "--curve"]),
+    ("coda_mlu_table6_100k.md", "# CoDA Table 6 at the paper's 100K steps", "coda_mlu_table6_runs",
+     "experiments/coda_mlu.py", ["table6_chosen", "--config", "table6_100k", "--curve"]),
 ]
 
 
