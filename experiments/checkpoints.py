@@ -104,11 +104,18 @@ def checkpoints_latest_first(run_dir: Path) -> list[Path]:
     folder = run_dir / "checkpoints"
     steps = {}
     for path in folder.glob("*.ckpt"):
-        match = re.search(r"step=(\d+)", path.name)
-        if match:
-            steps[int(match.group(1))] = path
+        step = step_in_name(path)
+        if step is not None:
+            steps[step] = path
     candidates = [folder / "last.ckpt"] if (folder / "last.ckpt").exists() else []
     return candidates + [steps[s] for s in sorted(steps, reverse=True)]
+
+
+def step_in_name(path: Path) -> int | None:
+    """The N of ``step=N`` in a checkpoint's file name (``epoch=0-step=42000.ckpt``), None
+    without one (``last.ckpt``)."""
+    match = re.search(r"step=(\d+)", path.name)
+    return int(match.group(1)) if match else None
 
 
 def logged_steps(path: Path) -> tuple[set[int], set[int]]:

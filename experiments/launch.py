@@ -8,7 +8,6 @@ calls) and ``sweep`` writes the W&B sweep YAML of the grid.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from typing import IO, NamedTuple
 
 import yaml
 
-from experiments.checkpoints import checkpoints_latest_first, resumable_checkpoint
+from experiments.checkpoints import checkpoints_latest_first, resumable_checkpoint, step_in_name
 from experiments.command_line import chosen_config, grid_parser, split_extra
 from experiments.grid_model import (
     PROJECT_ROOT,
@@ -249,8 +248,7 @@ def stopped_runs(run: GridRun, todo: list[Job]) -> list[tuple[Job, int]]:
         if lock is None:  # running in another grid: _run_jobs leaves it alone and says so
             continue
         lock.close()
-        steps = [int(m.group(1)) for p in checkpoints
-                 if (m := re.search(r"step=(\d+)", p.name))]
+        steps = [step for path in checkpoints if (step := step_in_name(path)) is not None]
         out.append((job, max(steps, default=0)))
     return out
 
