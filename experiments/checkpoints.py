@@ -20,13 +20,12 @@ a broken file, each in one line naming the file.
 from __future__ import annotations
 
 import csv
-import re
 import zipfile
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-from fileio import write_atomic
+from fileio import checkpoint_step, write_atomic
 
 
 @cache
@@ -104,18 +103,11 @@ def checkpoints_latest_first(run_dir: Path) -> list[Path]:
     folder = run_dir / "checkpoints"
     steps = {}
     for path in folder.glob("*.ckpt"):
-        step = step_in_name(path)
+        step = checkpoint_step(path)
         if step is not None:
             steps[step] = path
     candidates = [folder / "last.ckpt"] if (folder / "last.ckpt").exists() else []
     return candidates + [steps[s] for s in sorted(steps, reverse=True)]
-
-
-def step_in_name(path: Path) -> int | None:
-    """The N of ``step=N`` in a checkpoint's file name (``epoch=0-step=42000.ckpt``), None
-    without one (``last.ckpt``)."""
-    match = re.search(r"step=(\d+)", path.name)
-    return int(match.group(1)) if match else None
 
 
 def logged_steps(path: Path) -> tuple[set[int], set[int]]:

@@ -19,7 +19,7 @@ from typing import IO, NamedTuple
 
 import yaml
 
-from experiments.checkpoints import checkpoints_latest_first, resumable_checkpoint, step_in_name
+from experiments.checkpoints import checkpoints_latest_first, resumable_checkpoint
 from experiments.command_line import chosen_config, grid_parser, split_extra
 from experiments.grid_model import (
     PROJECT_ROOT,
@@ -33,7 +33,7 @@ from experiments.grid_model import (
     runs_root,
 )
 from experiments.report import read_run_metrics
-from fileio import write_atomic
+from fileio import checkpoint_step, write_atomic
 
 
 class Job(NamedTuple):
@@ -248,7 +248,7 @@ def stopped_runs(run: GridRun, todo: list[Job]) -> list[tuple[Job, int]]:
         if lock is None:  # running in another grid: _run_jobs leaves it alone and says so
             continue
         lock.close()
-        steps = [step for path in checkpoints if (step := step_in_name(path)) is not None]
+        steps = [step for path in checkpoints if (step := checkpoint_step(path)) is not None]
         out.append((job, max(steps, default=0)))
     return out
 

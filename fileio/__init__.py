@@ -10,6 +10,8 @@ result file, and builds a cache entry once.
 - :func:`write_once` / :func:`build_once`: a cache entry written by one process under its
   lock; the others wait, then read the file it wrote (the downloads of datamodules/fetch.py
   take the same lock).
+- :func:`checkpoint_step`: the training step in a Lightning checkpoint's file name, read
+  by the launcher's resume and by checkpoint averaging alike.
 
 Grid cells run at once and DDP ranks each build the vocabularies, BPE models and tensors
 they read; without the lock each would build them, and with one shared temporary name the
@@ -22,6 +24,7 @@ experiments/ and benchmarks/ may all import it (attention/ imports only torch).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import sys
 from collections.abc import Callable, Iterator
@@ -35,6 +38,8 @@ except ImportError:  # not POSIX: no lock (one process per cache folder)
     fcntl = None
 
 T = TypeVar("T")
+#: the step in a ModelCheckpoint file name: ``epoch=3-step=1200.ckpt``, ``step=1200-v1.ckpt``
+CHECKPOINT_STEP = re.compile(r"(?:^|-)step=(\d+)(?:-|$)")
 #: what :func:`write_atomic` writes: text (UTF-8), bytes, or a function writing a given path
 Content = str | bytes | Callable[[Path], object]
 
@@ -60,6 +65,13 @@ def write_atomic(path: str | os.PathLike, content: Content, encoding: str = "utf
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """The N of ``step=N`` in a ModelCheckpoint file name (``epoch=0-step=42000.ckpt``,
+    ``step=5-v1.ckpt``), None for other names (``last.ckpt``, ``averaged-last5.ckpt``)."""
+    match = CHECKPOINT_STEP.search(Path(path).stem)
+    return int(match.group(1)) if match else None
 
 
 def _unique_temporary(path: Path) -> Path:

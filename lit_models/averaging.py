@@ -29,7 +29,6 @@ tests on the average (experiments/runner.py).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -37,10 +36,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fileio import write_atomic
+from fileio import checkpoint_step, write_atomic
 
-#: the step in a ModelCheckpoint file name: ``epoch=3-step=1200.ckpt``, ``step=1200-v1.ckpt``
-STEP = re.compile(r"(?:^|-)step=(\d+)(?:-|$)")
 #: a run's checkpoint folder: runs/<experiment>/<group>/<name>/checkpoints
 CHECKPOINTS = "checkpoints"
 
@@ -106,12 +103,6 @@ def _few(keys: list[str], at_most: int = 5) -> str:
         return "none"
     more = f" and {len(keys) - at_most} more" if len(keys) > at_most else ""
     return ", ".join(keys[:at_most]) + more
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """The training step in a ModelCheckpoint file name, None for other names (last.ckpt)."""
-    match = STEP.search(Path(path).stem)
-    return int(match.group(1)) if match else None
 
 
 def checkpoint_folder(directory: str | Path) -> Path:

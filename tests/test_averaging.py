@@ -16,10 +16,10 @@ import yaml
 from torch import nn
 
 from experiments.cli import check_average_last
+from fileio import checkpoint_step
 from lit_models.averaging import (
     average_checkpoints,
     average_state_dicts,
-    checkpoint_step,
     last_checkpoints,
     load_checkpoint,
     main,
