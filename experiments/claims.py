@@ -359,6 +359,11 @@ def summary(rows: list[Row], what: str, total: str) -> list[str]:
     return lines
 
 
+def paper_and_own(rows: list[Row]) -> tuple[list[Row], list[Row]]:
+    """``rows`` split into the papers' claims and the grids' own comparisons, in order."""
+    return [r for r in rows if r.paper_claim], [r for r in rows if not r.paper_claim]
+
+
 #: the last line of the board's second summary (the suite's own comparisons)
 OWN_TOTAL = "all, the suite's own"
 
@@ -366,7 +371,7 @@ OWN_TOTAL = "all, the suite's own"
 def format_board(rows: list[Row], figure: Path, runs: Path | None = None) -> str:
     """The board's markdown; ``figure``: the file of :func:`board_figure`, beside it."""
     papers = list(dict.fromkeys(paper_of(r.experiment) for r in rows))
-    own = [r for r in rows if not r.paper_claim]
+    claims, own = paper_and_own(rows)
     lines = ["# Claims board: which claims of the four papers hold here?", "",
              "Every gain a paper claims that a grid of this suite names (`Grid.claims`: "
              "baseline -> proposal), one row each: the paper's difference, ours with its 95% "
@@ -388,7 +393,7 @@ def format_board(rows: list[Row], figure: Path, runs: Path | None = None) -> str
              "claims tables `report` printed into a committed results file whose runs are "
              "not committed; per claim the evidence with the most seeds, then test units.",
              "", "## Summary", "", "The papers' claims (a difference the paper reports):",
-             "", *summary([r for r in rows if r.paper_claim], "claims", "all")]
+             "", *summary(claims, "claims", "all")]
     if own:
         lines += ["", "The suite's own comparisons (no paper number for one of the two "
                   "cells):", "", *summary(own, "comparisons", OWN_TOTAL)]
@@ -476,8 +481,8 @@ def main(argv: list[str] | None = None) -> None:
 
     save_figure(board_figure(rows), figure)
     said = []
-    for what, kept in (("claims of the papers", [r for r in rows if r.paper_claim]),
-                       ("comparisons of the suite's own", [r for r in rows if not r.paper_claim])):
+    for what, kept in zip(("claims of the papers", "comparisons of the suite's own"),
+                          paper_and_own(rows)):
         counts = Counter(verdict_of(r) for r in kept)
         said.append(f"{len(kept)} {what} ("
                     + ", ".join(f"{v} {counts[v]}" for v in VERDICTS) + ")")
