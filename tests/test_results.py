@@ -26,7 +26,10 @@ RESULTS = ROOT / "results"
 # file names its command itself
 WRITTEN_WHOLE = {"coda_mlu_curve.md": "(made by `python -m experiments.curves ",
                  "coda_mlu_study.md": "(made by `ATTNREPRO_RUNS=results/coda_mlu_study_runs "
-                                      "python -m experiments.curves "}
+                                      "python -m experiments.curves ",
+                 "coda_mlu_table6_100k_curves.md": "(made by `ATTNREPRO_RUNS=results/"
+                                                   "coda_mlu_table6_runs python -m "
+                                                   "experiments.curves "}
 
 PROVENANCE = ("Commit", "Command", "Machine", "Threads", "Rerun")
 
@@ -203,29 +206,35 @@ def test_provenance_reads_the_closing_section():
 
 
 # -- results/README.md: the index -----------------------------------------------------------------
-STUDY_RUNS = RESULTS / "coda_mlu_study_runs"
+#: curves files written by experiments.curves from committed runs: (name, runs folder, grid,
+#: config)
+CURVES = [("coda_mlu_study", "coda_mlu_study_runs", "study", "study"),
+          ("coda_mlu_table6_100k_curves", "coda_mlu_table6_runs", "table6_chosen", "table6_100k")]
 
 
 @pytest.mark.slow
-def test_coda_mlu_study_curves_come_out_of_the_committed_runs(tmp_path):
-    """The CoDA decoder study's table and curves (results/coda_mlu_study.{md,csv}): the
-    command its last line names, on a copy of the committed run files, writes them to the
-    byte (into tmp_path: a test never writes into tracked files)."""
+@pytest.mark.parametrize("name, folder, grid, config", CURVES, ids=[c[0] for c in CURVES])
+def test_mlu_curves_come_out_of_the_committed_runs(tmp_path, name, folder, grid, config):
+    """The CoDA decoder study's table and curves (results/coda_mlu_study.{md,csv}) and Table
+    6's 100K-step curves: the command the file's last line names, on a copy of the committed
+    run files, writes them to the byte (into tmp_path: a test never writes into tracked
+    files), and the gate figure beside them (the runs logged the gate)."""
     runs = tmp_path / "runs"
-    shutil.copytree(STUDY_RUNS, runs)
+    shutil.copytree(RESULTS / folder, runs)
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(ATTNREPRO_RUNS=str(runs), ATTNREPRO_CACHE=str(tmp_path / "cache"),
                HOME=str(tmp_path), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
-    out = tmp_path / "out" / "coda_mlu_study"
+    out = tmp_path / "out" / name
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.curves", "coda_mlu", "study", "--config", "study",
+        [sys.executable, "-m", "experiments.curves", "coda_mlu", grid, "--config", config,
          "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert out.with_suffix(".csv").read_bytes() == (RESULTS / "coda_mlu_study.csv").read_bytes()
-    made = out.with_suffix(".md").read_text().replace(str(out), "results/coda_mlu_study") \
-        .replace(str(runs), "results/coda_mlu_study_runs")
-    assert made == (RESULTS / "coda_mlu_study.md").read_text()
-    assert (out.parent / "coda_mlu_study-gates.png").exists()  # the runs logged the gate
+    assert out.with_suffix(".csv").read_bytes() == (RESULTS / f"{name}.csv").read_bytes()
+    made = out.with_suffix(".md").read_text().replace(str(out), f"results/{name}") \
+        .replace(str(runs), f"results/{folder}")
+    assert made == (RESULTS / f"{name}.md").read_text()
+    assert made.rstrip().endswith(f"--config {config} --out results/{name}`)")
+    assert (out.parent / f"{name}-gates.png").exists()
 
 
 def test_results_index_lists_every_file_and_nothing_else():
