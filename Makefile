@@ -30,12 +30,15 @@ $(DEV): $(STAMP) requirements-dev.lock
 	touch $(DEV)
 
 # CoDA Table 6 (MLU) at a CPU scale, both cells at once, then the paper-vs-ours table, the
-# demo's learning curves and the committed 20,000-step curves of the same models.
+# demo's learning curves, the committed 20,000-step curves of the same models and the
+# committed runs at the paper's 100K steps finished so far.
 demo: setup
 	$(BIN)/python experiments/coda_mlu.py grid table6 --config demo --jobs 2 --threads 1
 	$(BIN)/python experiments/coda_mlu.py report table6 --config demo --curve
 	@echo; echo "The same models trained 20,000 steps (committed: results/coda_mlu_curve.md):"
 	@cat results/coda_mlu_curve.md
+	@echo; echo "The paper's 100K steps, the runs finished so far (committed: results/coda_mlu_table6_100k.md):"
+	@cat results/coda_mlu_table6_100k_curves.md
 
 # results: reruns every committed result that takes under 15 minutes on this 2-core machine
 # (2-core AMD EPYC, AVX-512; times measured from each run's logged wall clock, or estimated

@@ -39,6 +39,18 @@ def test_quickstart_commands_are_make_targets():
     assert "PLACEHOLDER" not in README and "DEMO_SCALE" not in README and "RESULTS\n" not in README
 
 
+def test_the_demo_prints_committed_files():
+    """The committed results `make demo` prints after its own run (the 20,000-step curves,
+    the 100K-step runs finished so far) exist: a renamed results file breaks the demo here,
+    not on a user's first run."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    printed = re.findall(r"cat (results/\S+)", recipe)
+    assert printed, "the demo prints no committed result"
+    for path in printed:
+        assert (ROOT / path).is_file(), f"make demo prints {path}, which does not exist"
+
+
 # -- the layout: the import arrows the README states are the imports in the code --------------
 PACKAGES = ("attention", "fileio", "datamodules", "lit_models", "experiments", "benchmarks",
             "notebooks")
