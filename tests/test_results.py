@@ -22,14 +22,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 
+#: curves files written by experiments.curves from committed runs: (name, runs folder, grid,
+#: config)
+CURVES = [("coda_mlu_study", "coda_mlu_study_runs", "study", "study"),
+          ("coda_mlu_table6_100k_curves", "coda_mlu_table6_runs", "table6_chosen", "table6_100k")]
+
 # files a command writes whole: a hand-written footer would be lost at the next run, so the
 # file names its command itself
 WRITTEN_WHOLE = {"coda_mlu_curve.md": "(made by `python -m experiments.curves ",
-                 "coda_mlu_study.md": "(made by `ATTNREPRO_RUNS=results/coda_mlu_study_runs "
-                                      "python -m experiments.curves ",
-                 "coda_mlu_table6_100k_curves.md": "(made by `ATTNREPRO_RUNS=results/"
-                                                   "coda_mlu_table6_runs python -m "
-                                                   "experiments.curves "}
+                 **{f"{name}.md": f"(made by `ATTNREPRO_RUNS=results/{folder} python -m "
+                                  "experiments.curves " for name, folder, *_ in CURVES}}
 
 PROVENANCE = ("Commit", "Command", "Machine", "Threads", "Rerun")
 
@@ -206,12 +208,6 @@ def test_provenance_reads_the_closing_section():
 
 
 # -- results/README.md: the index -----------------------------------------------------------------
-#: curves files written by experiments.curves from committed runs: (name, runs folder, grid,
-#: config)
-CURVES = [("coda_mlu_study", "coda_mlu_study_runs", "study", "study"),
-          ("coda_mlu_table6_100k_curves", "coda_mlu_table6_runs", "table6_chosen", "table6_100k")]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name, folder, grid, config", CURVES, ids=[c[0] for c in CURVES])
 def test_mlu_curves_come_out_of_the_committed_runs(tmp_path, name, folder, grid, config):
