@@ -7,7 +7,9 @@ curve_metric) per step and cell, read from the CSV logs like ``report``.
 writes ``<out>.csv`` (step, one column per cell: mean over seeds), ``<out>.png`` and
 ``<out>.md`` (what ``report --curve`` prints: the grid's table, then the curves), and
 prints the markdown; when the runs logged the CoDA gate diagnostics, also
-``<out>-gates.png`` (experiments/plots.py draws both, as ``report --plot`` does).
+``<out>-gates.png`` (experiments/plots.py draws both, as ``report --plot`` does) and, in the
+markdown, the cross-attention gate's figures at the first and the last logged step
+(:func:`format_gates`).
 """
 
 from __future__ import annotations
@@ -19,10 +21,45 @@ import io
 import os
 from pathlib import Path
 
-from experiments.grid_model import shown_path
-from experiments.plots import plot_curves, plot_gates, save_figure
-from experiments.report import curve_metric, format_curves, format_report, learning_curves
+from experiments.grid_model import Experiment, Grid, cell_runs, shown_path
+from experiments.plots import gate_runs, plot_curves, plot_gates, save_figure
+from experiments.report import (
+    curve_metric,
+    format_curves,
+    format_report,
+    learning_curves,
+    metric_steps,
+)
 from fileio import write_atomic
+
+#: the diagnostics' figures of a cross-attention module (lit_models/diagnostics.py) -> header
+GATE_FIGURES = {"gate_mean": "mean gate", "gate_shut": "share < 0.05", "gate_open": "share > 0.95",
+                "row_sum_abs": "mean abs(row sum of M)"}
+
+
+def format_gates(experiment: Experiment, grid: Grid, config: str) -> str | None:
+    """The CoDA cross-attention gate's figures per cell and decoder layer (numbered from 0,
+    as in the columns and the gate figure) at the first and the last step its runs logged
+    them, mean over the seeds that logged that step; None when no run logged them."""
+    root = experiment.grid_folder(grid, config)
+    gates = gate_runs(experiment, grid, config, root)
+    if not gates:
+        return None
+    lines = [f"### {grid.title}: the CoDA cross-attention gate, first and last logged step",
+             f"{experiment.name} grid {grid.name}, config {config}: coda/decoder.<layer>.cross/"
+             "<figure> in metrics.csv, mean over seeds", "",
+             "| cell | decoder layer | step | " + " | ".join(GATE_FIGURES.values()) + " |",
+             "|---" * (3 + len(GATE_FIGURES)) + "|"]
+    for name, layers in gates.items():
+        runs = cell_runs(root, grid.cell(name))
+        for layer, column in layers.items():
+            figures = {f: metric_steps(runs, column.replace("gate_mean", f)) for f in GATE_FIGURES}
+            steps = sorted(figures["gate_mean"])
+            for step in dict.fromkeys((steps[0], steps[-1])):
+                values = [figures[f].get(step) for f in GATE_FIGURES]
+                lines.append(f"| {name} | {layer} | {step} | " + " | ".join(
+                    f"{sum(v) / len(v):.3f}" if v else "-" for v in values) + " |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,8 +87,10 @@ def main(argv: list[str] | None = None) -> None:
         writer.writerow([step, *("" if step not in mean[c] else f"{mean[c][step]:.2f}"
                                  for c in curves)])
     write_atomic(out.with_suffix(".csv"), rows.getvalue())
-    table = (format_report(experiment, grid, args.config) + "\n\n"
-             + format_curves(experiment, grid, args.config))
+    gates = format_gates(experiment, grid, args.config)
+    table = "\n\n".join([format_report(experiment, grid, args.config),
+                          format_curves(experiment, grid, args.config),
+                          *([gates] if gates else [])])
     runs = os.environ.get("ATTNREPRO_RUNS")  # where the runs are, part of the command
     command = ((f"ATTNREPRO_RUNS={shown_path(runs)} " if runs else "")
                + f"python -m experiments.curves {args.experiment} {args.grid} "

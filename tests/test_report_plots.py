@@ -251,3 +251,36 @@ def test_grid_summary_run_logs_the_figures_as_images(sentiment_runs, tmp_path, m
         assert logged[f"plots/{name}/caption"][0].startswith(caption)
     assert logged["paper_table/_type"] == ["table-file"]
     assert not any(k.startswith("plots/gates") for k in logged)
+
+
+def test_gate_table_first_and_last_step_mean_over_seeds(tmp_path, monkeypatch):
+    """experiments.curves' gate table (format_gates): per cell and decoder layer the four
+    cross-attention figures at the first and the last logged step, the mean over the seeds
+    that logged that step, '-' for a figure no seed logged; no table without diagnostics."""
+    from experiments.curves import format_gates
+
+    monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
+    group = tmp_path / "runs" / "coda_mlu" / "study-curve"
+
+    def figures(layer: int, mean: float, shut: float, rows: float | None) -> dict[str, float]:
+        out = {f"coda/decoder.{layer}.cross/gate_mean": mean,
+               f"coda/decoder.{layer}.cross/gate_shut": shut,
+               f"coda/decoder.{layer}.cross/gate_open": 0.0}
+        if rows is not None:
+            out[f"coda/decoder.{layer}.cross/row_sum_abs"] = rows
+        return out
+
+    write_run(group / "coda-seed0", [(999, 0.2), (1999, 0.3)], key="val/exact_match",
+              extra={0: figures(0, 0.5, 0.0, 0.8), 1000: figures(0, 0.3, 0.2, 0.6),
+                     2000: figures(0, 0.1, 0.9, 0.4)})
+    write_run(group / "coda-seed1", [(999, 0.2)], key="val/exact_match",  # stopped at 1000
+              extra={0: figures(0, 0.7, 0.0, None), 1000: figures(0, 0.2, 0.4, None)})
+    write_run(group / "transformer-seed0", [(999, 0.4)], key="val/exact_match")
+    experiment = coda_mlu.EXPERIMENT
+    table = format_gates(experiment, experiment.grid("study"), "curve").splitlines()
+    assert table[3] == ("| cell | decoder layer | step | mean gate | share < 0.05 | "
+                        "share > 0.95 | mean abs(row sum of M) |")
+    # step 0: both seeds (0.5 and 0.7: 0.600), row sums of seed 0 only; step 2000: seed 0
+    assert table[5:] == ["| coda | 0 | 0 | 0.600 | 0.000 | 0.000 | 0.800 |",
+                         "| coda | 0 | 2000 | 0.100 | 0.900 | 0.000 | 0.400 |"]
+    assert format_gates(experiment, experiment.grid("table6"), "curve") is None
