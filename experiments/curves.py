@@ -31,10 +31,10 @@ from experiments.report import (
     metric_steps,
 )
 from fileio import write_atomic
+from lit_models.diagnostics import LABELS
 
-#: the diagnostics' figures of a cross-attention module (lit_models/diagnostics.py) -> header
-GATE_FIGURES = {"gate_mean": "mean gate", "gate_shut": "share < 0.05", "gate_open": "share > 0.95",
-                "row_sum_abs": "mean abs(row sum of M)"}
+#: the diagnostics' figures of a cross-attention module printed in the gate table -> header
+GATE_FIGURES = {f: LABELS[f] for f in ("gate_mean", "gate_shut", "gate_open", "row_sum_abs")}
 
 
 def format_gates(experiment: Experiment, grid: Grid, config: str) -> str | None:

@@ -40,6 +40,12 @@ from attention.coda import CodaAlignment, CodaDecoder, CodaMultiHead
 from attention.masking import pair_mask
 
 FIGURES = ("gate_mean", "gate_shut", "gate_open", "m_abs", "row_sum_abs", "e_negative")
+#: sigmoid(N) below SHUT counts as a shut gate, above OPEN as an open one
+SHUT, OPEN = 0.05, 0.95
+#: each figure's name in a printed table
+LABELS = {"gate_mean": "mean gate", "gate_shut": f"share < {SHUT}", "gate_open": f"share > {OPEN}",
+          "m_abs": "mean abs(M)", "row_sum_abs": "mean abs(row sum of M)",
+          "e_negative": "share of tanh(E) < 0"}
 
 
 def quasi_attention_statistics(tanh_e: Tensor, sigmoid_n: Tensor, m: Tensor,
@@ -55,8 +61,8 @@ def quasi_attention_statistics(tanh_e: Tensor, sigmoid_n: Tensor, m: Tensor,
 
     rows = valid.any(-1)  # (..., Lq): query rows with at least one visible key
     row_sums = m.double().masked_fill(~valid, 0).sum(-1).abs()
-    return {"gate_mean": mean(applied), "gate_shut": mean((sigmoid_n < 0.05).double()),
-            "gate_open": mean((sigmoid_n > 0.95).double()), "m_abs": mean(m.abs()),
+    return {"gate_mean": mean(applied), "gate_shut": mean((sigmoid_n < SHUT).double()),
+            "gate_open": mean((sigmoid_n > OPEN).double()), "m_abs": mean(m.abs()),
             "row_sum_abs": float(row_sums.masked_select(rows).mean()) if rows.any() else 0.0,
             "e_negative": mean((tanh_e < 0).double())}
 
