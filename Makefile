@@ -10,6 +10,8 @@ PYTEST_WORKERS ?= 2
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
 .PHONY: setup setup-dev demo test test-fast lint bench lock clean
+# where the committed demo printouts were made (results/coda_mlu_demo_isa.md)
+DEMO_MACHINE := AMD EPYC, 2 cores, AVX-512, torch 2.13.0+cpu, one thread per run, at 878d8b9 (the avx2 and default printouts emulate those builds with ATEN_CPU_CAPABILITY on it)
 
 # setup: what running the experiments needs (requirements.lock, the runtime dependencies of
 # pyproject.toml pinned); setup-dev adds the tests, lint and notebook tools
@@ -30,11 +32,15 @@ $(DEV): $(STAMP) requirements-dev.lock
 	touch $(DEV)
 
 # CoDA Table 6 (MLU) at a CPU scale, both cells at once, then the paper-vs-ours table, the
-# demo's learning curves, the committed 20,000-step curves of the same models and the
+# demo's learning curves, whether they equal the committed printout of this CPU's kernels
+# (results/coda_mlu_demo_isa/<torch's capability>.md) and if not on which machines, the committed 20,000-step curves of the same models and the
 # committed runs at the paper's 100K steps finished so far.
 demo: setup
 	$(BIN)/python experiments/coda_mlu.py grid table6 --config demo --jobs 2 --threads 1
-	$(BIN)/python experiments/coda_mlu.py report table6 --config demo --curve
+	cap=$$($(BIN)/python -c "import torch; print(torch.backends.cpu.get_cpu_capability().lower())") && \
+	ref=results/coda_mlu_demo_isa/$$cap.md && { test -f $$ref || ref=results/coda_mlu_demo_isa/avx512.md; } && \
+	$(BIN)/python experiments/coda_mlu.py report table6 --config demo --curve --compare $$ref \
+	  --compare-machine "$(DEMO_MACHINE)"
 	@echo; echo "The same models trained 20,000 steps (committed: results/coda_mlu_curve.md):"
 	@cat results/coda_mlu_curve.md
 	@echo; echo "The paper's 100K steps, the runs finished so far (committed: results/coda_mlu_table6_100k.md):"

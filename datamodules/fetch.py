@@ -500,6 +500,7 @@ class FileStatus:
     url: str = ""
     note: str = ""
     sha256: str | None = None
+    optional: bool = False  # a file no default config reads (Download.optional)
 
 
 def file_status(entry: Dataset, root: Path) -> list[FileStatus]:
@@ -508,7 +509,6 @@ def file_status(entry: Dataset, root: Path) -> list[FileStatus]:
     out = []
     for d in entry.downloads:
         dest = folder / d.name
-        kept = [folder / p for p in d.provides]
         if dest.exists():
             if d.sha256 is None:
                 state = "unverified"
@@ -520,13 +520,17 @@ def file_status(entry: Dataset, root: Path) -> list[FileStatus]:
         part = dest.with_name(dest.name + ".part")
         if state == "missing" and part.exists():
             note = f"partial download: {_mb(part.stat().st_size)}, resumes"
-        elif state == "missing" and d.archive and all(p.exists() for p in kept):
+        elif state == "missing" and d.archive and all(
+                (folder / p).exists() for p in d.provides if p not in d.optional):
             note = "not needed: unpacked"
         out.append(FileStatus(dest, state, "archive" if d.archive else "download", d.url, note,
                               d.sha256))
         if d.archive:
-            out += [FileStatus(p, "present" if p.exists() else "missing", "unpacked")
-                    for p in kept]
+            out += [FileStatus(folder / p, "present" if (folder / p).exists() else "missing",
+                               "unpacked", optional=p in d.optional,
+                               note="optional: read only when a config asks for it"
+                               if p in d.optional else "")
+                    for p in d.provides]
     out += [FileStatus(folder / p, "present" if (folder / p).exists() else "missing", "manual")
             for p in entry.manual]
     return out
@@ -535,7 +539,8 @@ def file_status(entry: Dataset, root: Path) -> list[FileStatus]:
 def dataset_state(entry: Dataset, files: list[FileStatus]) -> str:
     if not entry.files:
         return "nothing to download"
-    needed = [f for f in files if f.kind != "archive"]  # the data files
+    # the data files; an optional one counts only when it is there
+    needed = [f for f in files if f.kind != "archive" and not (f.optional and f.state == "missing")]
     missing = sum(f.state == "missing" for f in needed)
     corrupt = sum(f.state == "corrupt" for f in files)
     words = [f"{missing} of {len(needed)} missing"] * bool(missing) \

@@ -114,7 +114,7 @@ class IMDbDataModule(TextClassificationDataModule):
 
     name = "imdb"
     dataset = "imdb"
-    shared_subdir = "aclImdb"
+    shared_subdir = "imdb/aclImdb"
     archive_url = url_of("imdb")  # aclImdb_v1.tar.gz (datamodules.fetch registry)
     archive_subdir = "aclImdb"
     labels = LABELS

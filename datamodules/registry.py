@@ -26,7 +26,9 @@ class Download:
     keeping its layout, or only the contents of its folder ``strip``, or only ``members``
     ((member, local path) pairs).  ``provides``: the files (or folders) relative to the
     dataset's folder that the download gives (default: ``name`` for a plain file).
-    ``sha256`` / ``size``: of the download, where known (None: not verified)."""
+    ``sha256`` / ``size``: of the download, where known (None: not verified).  ``optional``:
+    those of ``provides`` that no default config reads (IMDb's 50,000 unlabelled reviews):
+    the status report lists them but a folder without them is complete."""
 
     url: str
     name: str = ""
@@ -36,6 +38,7 @@ class Download:
     strip: str = ""
     members: tuple[tuple[str, str], ...] = ()
     provides: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.name:
@@ -177,13 +180,15 @@ DATASETS: dict[str, Dataset] = {d.key: d for d in [
                        "rkadlec/ubuntu-ranking-dataset-creator and put them here",
             checksums="no download", datamodules=("UbuntuDataModule",)),
     # ---- single-sequence text (datamodules/text.py): the archive's data folder's contents
-    Dataset("imdb", "IMDb Large Movie Review Dataset v1.0", "aclImdb", (Download(
+    # the archive's aclImdb/ goes to imdb/aclImdb/; train/unsup (50,000 unlabelled reviews) is
+    # read only by a config that asks for it (datamodules.imdb.read_aclimdb's folders)
+    Dataset("imdb", "IMDb Large Movie Review Dataset v1.0", "imdb/aclImdb", (Download(
         "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz", archive=True,
         strip="aclImdb",
         sha256="c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe",
         size=84125825,
         provides=("README", "imdb.vocab", "train/neg", "train/pos", "train/unsup",
-                  "test/neg", "test/pos")),), checksums=HF_SHA,
+                  "test/neg", "test/pos"), optional=("train/unsup",)),), checksums=HF_SHA,
         datamodules=("IMDbDataModule",)),
     Dataset("sst", "Stanford Sentiment Treebank, PTB trees (format='ptb')", "sst_ptb", (Download(
         "https://nlp.stanford.edu/sentiment/trainDevTestTrees_PTB.zip", archive=True,

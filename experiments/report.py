@@ -520,6 +520,64 @@ def no_runs_message(experiment: Experiment, grid: Grid, config: str) -> str | No
            f"(use {use})"
 
 
+#: the columns a rerun on another machine or load changes without a change of the numbers
+LOAD_COLUMNS = ("steps/s", "peak MB", "wall min")
+
+
+def table_cells(text: str) -> dict[tuple[str, str, str], str]:
+    """(table heading, row's first cell, column) -> cell text of every markdown table in a
+    printout, the load-dependent :data:`LOAD_COLUMNS` left out; the heading is the last
+    ``#`` line above the table (a printout's tables are told apart by it and their header)."""
+    cells, heading, header = {}, "", None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+        if not line.startswith("|"):
+            header = None
+            continue
+        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = row
+        elif not set("".join(row)) <= set("-: "):
+            for column, value in zip(header[1:], row[1:], strict=False):
+                if column not in LOAD_COLUMNS:
+                    cells[(f"{heading} [{header[0]}]", row[0], column)] = value
+    return cells
+
+
+def compare_printouts(ours: str, committed: str, committed_name: str,
+                      committed_machine: str) -> str:
+    """Whether a printout's numbers (tables' cells but :data:`LOAD_COLUMNS`) equal a committed
+    printout's, and if not how many differ, the first few, and the two machines (this one
+    from :func:`lit_models.base.cpu_host` and torch's dispatch)."""
+    from lit_models.base import machine_settings
+
+    mine, theirs = table_cells(ours), table_cells(committed)
+    shared = [k for k in mine if k in theirs]
+    if not shared:
+        return (f"Not comparable with {committed_name}: no table of this printout is in it "
+                "(another grid or config?).")
+    differ = [k for k in shared if mine[k] != theirs[k]]
+    machine = machine_settings()
+    here = (f"{machine['machine/cpu_model']}, "
+            f"{'AVX-512' if machine['machine/cpu_has_avx512f'] is True else 'no AVX-512'}"
+            f"{', AMX' if machine['machine/cpu_has_amx_tile'] is True else ''}, torch's "
+            f"{machine['machine/cpu_capability']} kernels (each run's machine and threads: "
+            "machine/* in its hparams.yaml)")
+    if not differ:
+        return (f"Every number above equals the committed printout {committed_name} "
+                f"({len(shared)} table cells; steps/s, peak memory and wall time depend on "
+                f"the machine's load and are not compared). Committed on: {committed_machine}. "
+                f"Here: {here}.")
+    shown = "; ".join(f"{row} {column}: {mine[(t, row, column)]} (committed "
+                      f"{theirs[(t, row, column)]})" for t, row, column in differ[:4])
+    return (f"{len(differ)} of {len(shared)} numbers differ from the committed printout "
+            f"{committed_name}: {shown}{' ...' if len(differ) > 4 else ''}. Committed on: "
+            f"{committed_machine}. Here: {here}. Another CPU's kernels round differently and "
+            "training carries the difference on (docs/reproducibility.md, 'Across hosts'); "
+            "with the same machine and threads the numbers are the same.")
+
+
 def print_report(experiment: Experiment, argv: list[str]) -> None:
     p = command_parser(experiment, "report")
     p.add_argument("grid", nargs="?", default=None,
@@ -534,7 +592,21 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
     p.add_argument("--out", default=None,
                    help="folder of the --plot files (default: the grid's run folder's plots/, "
                         "runs/<experiment>/<grid>-<config>/plots)")
+    p.add_argument("--compare", default=None, metavar="FILE",
+                   help="a committed printout of the same report: say after it whether every "
+                        "number equals it (the load-dependent cost columns aside) and, if "
+                        "not, which and on what machines")
+    p.add_argument("--compare-machine", default="not stated", metavar="TEXT",
+                   help="the machine the --compare printout was made on, as its results "
+                        "file records it")
     args = p.parse_args(argv)
+    committed = None
+    if args.compare:
+        try:
+            committed = Path(args.compare).read_text(encoding="utf-8")
+        except OSError as err:
+            raise SystemExit(f"{experiment.name}.py report --compare {args.compare}: cannot "
+                             f"read it ({err.strerror})") from None
     grids = [experiment.grid(args.grid)] if args.grid else list(experiment.grids.values())
     config = chosen_config(experiment, args)
     parts = []
@@ -553,4 +625,7 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
             from experiments.plots import write_plots  # matplotlib: only when asked
 
             parts.append(write_plots(experiment, g, config, args.out))
+    if committed is not None:
+        parts.append(compare_printouts("\n\n".join(parts), committed, args.compare,
+                                       args.compare_machine))
     print("\n\n".join(parts))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import platform
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -69,15 +70,39 @@ def memory_since_mb(start_mb: float | None) -> float | None:
     return None if status is None else max(0.0, status["VmHWM"] / 1024 - start_mb)
 
 
+#: CPU features whose presence changes which kernels run (/proc/cpuinfo flag names)
+CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu_host(cpuinfo: str | None = None) -> dict:
+    """The CPU under the run: its model name and, per :data:`CPU_FEATURES`, whether the CPU
+    has it (from /proc/cpuinfo, or the text given; 'unknown' where there is none)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())  # the first processor's
+    flags = set(fields.get("flags", "").split())
+    return {"machine/cpu_model": fields.get("model name") or platform.processor() or "unknown",
+            **{f"machine/cpu_has_{f}": (f in flags) if flags else "unknown"
+               for f in CPU_FEATURES}}
+
+
 def machine_settings() -> dict:
     """What else a run's numbers depend on, beside its config and seed: torch's version, its
-    thread count (reductions split across threads add in another order), the CPU kernels'
-    instruction set, whether torch.compile'd kernels are asked for (``ATTNREPRO_COMPILE``;
-    their eager fallbacks, also taken where compiling fails, with a warning, sum in another
-    order), and deterministic mode."""
+    thread count (reductions split across threads add in another order), the CPU (its model
+    and the features that pick kernels: :func:`cpu_host`) and the kernels' instruction set
+    torch dispatched to, whether torch.compile'd kernels are asked for
+    (``ATTNREPRO_COMPILE``; their eager fallbacks, also taken where compiling fails, with a
+    warning, sum in another order), and deterministic mode."""
     from attention._compiled import COMPILE
 
     return {"machine/torch": str(torch.__version__), "machine/threads": torch.get_num_threads(),
+            **cpu_host(),
             "machine/cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "machine/compile": COMPILE,
             "machine/deterministic": torch.are_deterministic_algorithms_enabled()}

@@ -4,9 +4,12 @@ never into the repository; each run is timed (printed with -s) and must stay und
 Outputs are not compared, a notebook is a visual study, except what its files must hold
 (CoDA's anatomy, the committed results) and CoDA Figure 2's summary:
 results/coda_fig2_summary.csv (``python -m experiments.figures coda_fig2 --out results``)
-holds the rows at initialisation and after 20 steps of the run it reports, and the
+holds the rows at initialisation and after 5 and 20 steps of the run it reports, and the
 notebook's own 20-step run must give them again, so that a change of the code that would
-change the committed figure fails here."""
+change the committed figure fails here, on any CPU: the rows up to step 5 are the same on
+every CPU measured and are compared closely; by step 20, float32 training on another CPU's
+kernels has drifted (docs/reproducibility.md), and those rows are compared at a tolerance
+measured across hosts."""
 
 from __future__ import annotations
 
@@ -48,6 +51,14 @@ SHORT = {"CODA_FIG2_STEPS": str(figures.FIG2_CHECK), "WINDOW_MASKS_STEPS": "30",
          "DECOMP_MAPS_STEPS": "20", "DENSITY_MATRIX_STEPS": "15", "CODA_ANATOMY_STEPS": "4",
          "ATTNREPRO_THREADS": "1"}
 COMMITTED_FIG2 = ROOT / "results" / figures.FIG2_FILES[0]
+#: Figure 2's rows up to FIG2_EXACT steps: identical to 4 decimals on an AMD EPYC (AVX2) with
+#: torch's AVX2 and 'default' kernels, MKL_CBWR=COMPATIBLE and 1 or 2 threads, while 5 steps
+#: move them by up to 0.046 from initialisation: a change of the code shows, a CPU does not
+FIG2_EXACT_ABS = 1e-3
+#: Figure 2's rows at FIG2_CHECK (20) steps: across hosts the figures differ by up to 0.019
+#: (Intel Xeon, AVX-512 BF16 and AMX, against the committed AMD EPYC AVX-512 file) and 0.0085
+#: (AMD EPYC AVX2, torch's 'default' kernels against its AVX2 ones): twice the larger spread
+FIG2_HOSTS_ABS = 0.04
 
 
 def test_every_notebook_is_listed_and_committed_without_outputs():
@@ -60,7 +71,8 @@ def test_every_notebook_is_listed_and_committed_without_outputs():
 def test_committed_figure_2_summary_has_every_setting_at_every_recorded_step():
     table = figures.read_fig2_summary(COMMITTED_FIG2)
     assert set(table) == {(setting, step) for setting in figures.FIG2_SETTINGS
-                          for step in (0, figures.FIG2_CHECK, figures.FIG2_STEPS)}
+                          for step in (0, figures.FIG2_EXACT, figures.FIG2_CHECK,
+                                       figures.FIG2_STEPS)}
     assert (ROOT / "results" / figures.FIG2_FILES[1]).stat().st_size > 0
 
 
@@ -102,7 +114,8 @@ def test_notebook_runs(path, shared, monkeypatch, tmp_path):
         short = [key for key in committed if key[1] <= figures.FIG2_CHECK]
         assert set(ours) == set(short)
         for key in short:
-            assert ours[key] == pytest.approx(committed[key], abs=2e-3), key
+            tolerance = FIG2_EXACT_ABS if key[1] <= figures.FIG2_EXACT else FIG2_HOSTS_ABS
+            assert ours[key] == pytest.approx(committed[key], abs=tolerance), key
 
 
 def check_anatomy(summary: dict) -> None:

@@ -216,3 +216,38 @@ def test_a_claim_must_name_two_cells_of_its_grid():
     with pytest.raises(ValueError, match=r"grid 't': claim \('a', 'c'\) must name two of its "
                                          r"cells \(a, b\)"):
         Grid("t", "T", {"Acc": "test/acc"}, [Cell("a"), Cell("b")], claims=[("a", "c")])
+
+
+PRINTOUT = """### Table 6: exact match (%)
+coda_mlu grid table6, config demo
+
+| cell | paper Acc | ours Acc | params (M) | steps/s | peak MB | wall min |
+|---|---|---|---|---|---|---|
+| transformer | 76.10 | 31.72 (n=1) | 0.93 | 9.03 | 1304 | 7.7 |
+| coda | 84.30 | 17.74 (n=1) | 0.93 | 8.29 | 1405 | 8.5 |
+
+### Table 6: learning curves, val/exact_match
+
+| step | transformer | coda |
+|---|---|---|
+| 500 | 0.00 | 0.00 |
+| 1000 | 15.10 | 15.20 |
+"""
+
+
+def test_compare_printouts_ignores_load_and_names_each_difference():
+    from experiments.report import compare_printouts, table_cells
+
+    cells = table_cells(PRINTOUT)
+    assert len(cells) == 2 * 3 + 2 * 2  # steps/s, peak MB and wall min left out
+    assert cells[("Table 6: learning curves, val/exact_match [step]", "1000", "coda")] == "15.20"
+    slower = PRINTOUT.replace("| 9.03 | 1304 | 7.7 |", "| 4.50 | 1500 | 15.2 |")
+    same = compare_printouts(slower, PRINTOUT, "committed.md", "EPYC")
+    assert same.startswith("Every number above equals the committed printout committed.md "
+                           "(10 table cells;") and "Committed on: EPYC." in same
+    other = slower.replace("| 1000 | 15.10 | 15.20 |", "| 1000 | 15.10 | 15.30 |")
+    differs = compare_printouts(other, PRINTOUT, "committed.md", "EPYC")
+    assert differs.startswith("1 of 10 numbers differ from the committed printout "
+                              "committed.md: 1000 coda: 15.30 (committed 15.20).")
+    assert "Here: " in differs and "Across hosts" in differs
+    assert compare_printouts("no table", PRINTOUT, "c.md", "EPYC").startswith("Not comparable")

@@ -14,6 +14,7 @@ import yaml
 
 from datamodules.common import data_seed
 from datamodules.mlu import MLUDataModule
+from lit_models.base import CPU_FEATURES, cpu_host
 from tests.conftest import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,6 +84,23 @@ def test_the_same_command_twice_gives_the_same_numbers(env, tmp_path):
     assert one == two and any(r.get("test/exact_match") for r in one)
     hparams = yaml.safe_load((group / "one" / "hparams.yaml").read_text())
     assert hparams["machine/deterministic"] is True and hparams["machine/threads"] == 2
+    # the host, so that a difference between machines can be traced (docs/reproducibility.md)
+    assert hparams["machine/cpu_model"] == cpu_host()["machine/cpu_model"] != ""
+    assert hparams["machine/cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert {f"machine/cpu_has_{f}" for f in CPU_FEATURES} <= set(hparams)
+
+
+def test_cpu_host_reads_the_first_processors_model_and_features():
+    text = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+            "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_tile\n\n"
+            "processor\t: 1\nmodel name\t: something else\nflags\t\t: fpu\n")
+    host = cpu_host(text)
+    assert host["machine/cpu_model"] == "Intel(R) Xeon(R) Platinum 8480+"
+    assert [host[f"machine/cpu_has_{f}"] for f in CPU_FEATURES] == [True, True, True, True,
+                                                                    False]
+    no_flags = cpu_host("model name : AMD EPYC\n")
+    assert no_flags["machine/cpu_model"] == "AMD EPYC"
+    assert {no_flags[f"machine/cpu_has_{f}"] for f in CPU_FEATURES} == {"unknown"}
 
 
 @pytest.mark.slow

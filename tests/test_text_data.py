@@ -266,6 +266,40 @@ def write_lm1b(root: Path, train_shards: int = 3) -> Path:
     return root
 
 
+@pytest.mark.slow
+def test_real_aclimdb_counts_labels_ratings_and_no_test_reads_in_training(monkeypatch):
+    """The shared aclImdb (../shared/data/imdb/aclImdb, found without flags): 12,500 reviews
+    per label in train and in test, labels from the folders and ratings from the file names
+    (1-4 negative, 7-10 positive, both ends present); the validation split carved from train
+    is the same for the same seed and another for another seed; fitting reads train only."""
+    root = shared_path("imdb/aclImdb")
+    assert IMDbDataModule().data_dir == root
+    for split in ("train", "test"):
+        reviews = read_aclimdb(root, split)
+        assert len(reviews) == 25_000, split
+        by_label = {label: [r for r in reviews if r.label == label] for label in (0, 1)}
+        assert [len(by_label[0]), len(by_label[1])] == [12_500, 12_500]
+        assert all(r.path.parent.name == "neg" for r in by_label[0])
+        assert all(r.path.parent.name == "pos" for r in by_label[1])
+        assert {r.rating for r in by_label[0]} == {1, 2, 3, 4}
+        assert {r.rating for r in by_label[1]} == {7, 8, 9, 10}
+        assert len({r.id for r in by_label[1]}) == 12_500  # ids unique per folder
+    splits = [carve_validation(25_000, 0.1, seed) for seed in (0, 0, 1)]
+    assert splits[0] == splits[1] and splits[0][1] != splits[2][1]
+    train, val = splits[0]
+    assert len(val) == 2_500 and not set(train) & set(val) and len(train) + len(val) == 25_000
+    read = []
+    original = read_aclimdb
+    monkeypatch.setattr("datamodules.imdb.read_aclimdb",
+                        lambda root, split, *a, **k: read.append(split) or original(root, split,
+                                                                                   *a, **k))
+    dm = IMDbDataModule(tokenization="word", max_train_examples=200, batch_size=8, max_len=64)
+    dm.setup("fit")
+    next(iter(dm.train_dataloader())), next(iter(dm.val_dataloader()))
+    assert read and set(read) == {"train"}, read
+    assert dm.stats["examples"] == {"train": 200, "val": 2_500}
+
+
 def test_lm1b_layout_shards(tmp_path):
     root = write_lm1b(tmp_path)
     assert train_shard(root, 7).name == "news.en-00007-of-00100"
@@ -437,7 +471,8 @@ def test_prepare_data_unpacks_the_official_archive(tmp_path, monkeypatch):
     monkeypatch.setattr("datamodules.fetch.download_file", fake_fetch)
     monkeypatch.setenv("ATTNREPRO_DATA", str(tmp_path / "no-shared-data"))
     dm = IMDbDataModule(tokenization="word", val_fraction=0.0)
-    assert dm.data_dir == tmp_path / "no-shared-data" / "aclImdb"  # the data root, not the cache
+    # the data root's imdb/aclImdb (as in ../shared/data), not the cache
+    assert dm.data_dir == tmp_path / "no-shared-data" / "imdb" / "aclImdb"
     with pytest.raises(FileNotFoundError, match="aclImdb_v1.tar.gz"):
         dm.setup("fit")
     dm.prepare_data()
