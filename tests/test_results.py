@@ -66,6 +66,8 @@ REPORTS = [
      ["table4_chosen", "--config", "small", "--curve"]),
     ("coda_mlu_table6_100k.md", "# CoDA Table 6 at the paper's 100K steps", "coda_mlu_table6_runs",
      "experiments/coda_mlu.py", ["table6_chosen", "--config", "table6_100k", "--curve"]),
+    ("imdb_table5.md", "## CoDA Table 5, IMDb column", "imdb_table5_runs",
+     "experiments/coda_sentiment.py", ["table5", "--config", "paper"]),
 ]
 
 
