@@ -10,6 +10,9 @@ PYTEST_WORKERS ?= 2
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
 .PHONY: setup setup-dev demo test test-fast lint bench lock clean
+# the instruction set torch dispatches to here, lower case (avx512, avx2, default): the
+# demo printouts of results/coda_mlu_demo_isa/ are named by it
+CAPABILITY = $(BIN)/python -c "import torch; print(torch.backends.cpu.get_cpu_capability().lower())"
 # where the committed demo printouts were made (results/coda_mlu_demo_isa.md)
 DEMO_MACHINE := AMD EPYC, 2 cores, AVX-512, torch 2.13.0+cpu, one thread per run, at 878d8b9 (the avx2 and default printouts emulate those builds with ATEN_CPU_CAPABILITY on it)
 
@@ -37,8 +40,7 @@ $(DEV): $(STAMP) requirements-dev.lock
 # committed runs at the paper's 100K steps finished so far.
 demo: setup
 	$(BIN)/python experiments/coda_mlu.py grid table6 --config demo --jobs 2 --threads 1
-	cap=$$($(BIN)/python -c "import torch; print(torch.backends.cpu.get_cpu_capability().lower())") && \
-	ref=results/coda_mlu_demo_isa/$$cap.md && { test -f $$ref || ref=results/coda_mlu_demo_isa/avx512.md; } && \
+	cap=$$($(CAPABILITY)) && ref=results/coda_mlu_demo_isa/$$cap.md && { test -f $$ref || ref=results/coda_mlu_demo_isa/avx512.md; } && \
 	$(BIN)/python experiments/coda_mlu.py report table6 --config demo --curve --compare $$ref \
 	  --compare-machine "$(DEMO_MACHINE)"
 	@echo; echo "The same models trained 20,000 steps (committed: results/coda_mlu_curve.md):"
@@ -101,7 +103,7 @@ results-model-cost-translation: setup
 	$(call keep,results/model_cost_interleaved/translation_$(COMMIT).jsonl,$(BIN)/python -m benchmarks.model_cost --model translation --rounds 2 --steps 15 --warmup 3 --threads 2 --json)
 results-demo: setup
 	ATTNREPRO_RUNS=$(RESULTS_RUNS) $(BIN)/python experiments/coda_mlu.py grid table6 --config demo --jobs 2 --threads 1
-	cap=$$($(BIN)/python -c "import torch; print(torch.backends.cpu.get_cpu_capability().lower())") && \
+	cap=$$($(CAPABILITY)) && \
 	$(call keep,results/coda_mlu_demo_isa/$$cap.md,ATTNREPRO_RUNS=$(RESULTS_RUNS) $(BIN)/python experiments/coda_mlu.py report table6 --config demo --curve)
 results-dwin-classification-cost: setup
 	ATTNREPRO_RUNS=$(RESULTS_RUNS) $(BIN)/python experiments/dwin_classification.py grid cost --config speed --jobs 1 --threads 2 --seeds 3

@@ -456,14 +456,10 @@ def _ratio(x: float | None, base: float | None) -> float | None:
 
 # -- output ---------------------------------------------------------------------------------
 def machine() -> dict:
-    model = platform.processor() or platform.machine()
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = re.search(r"Model name:\s*(.+)", out).group(1).strip()
-    except (OSError, subprocess.CalledProcessError, AttributeError):
-        pass
-    return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__,
-            "python": platform.python_version()}
+    from lit_models.base import cpu_host  # the CPU model as every run records it
+
+    return {"cpu": cpu_host()["machine/cpu_model"], "cores": os.cpu_count(),
+            "torch": torch.__version__, "python": platform.python_version()}
 
 
 def markdown(rows: list[dict], command: str, threads: int, load: tuple[str, str]) -> str:

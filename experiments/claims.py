@@ -53,6 +53,7 @@ from experiments.report import (
     claim_labels,
     claim_results,
     configs_with_runs,
+    table_row,
 )
 from experiments.significance import HOLDS, NOT_SIGNIFICANT, REVERSED
 from fileio import write_atomic
@@ -166,8 +167,7 @@ def printed_claims(path: Path
         for line in rows:
             if not line.startswith("|"):
                 break
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            claim, label, _, values, diff, p, verdict, seeds_units = cells
+            claim, label, _, values, diff, p, verdict, seeds_units = table_row(line)
             key = mark.groups()
             if not diff:  # not run, no paired test: the report's reason
                 out.setdefault(key, {}).setdefault(claim, []).append(values)

@@ -524,6 +524,11 @@ def no_runs_message(experiment: Experiment, grid: Grid, config: str) -> str | No
 LOAD_COLUMNS = ("steps/s", "peak MB", "wall min")
 
 
+def table_row(line: str) -> list[str]:
+    """The cells of one markdown table line (``| a | b |`` -> ``["a", "b"]``), stripped."""
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
 def table_cells(text: str) -> dict[tuple[str, str, str], str]:
     """(table heading, row's first cell, column) -> cell text of every markdown table in a
     printout, the load-dependent :data:`LOAD_COLUMNS` left out; the heading is the last
@@ -535,7 +540,7 @@ def table_cells(text: str) -> dict[tuple[str, str, str], str]:
         if not line.startswith("|"):
             header = None
             continue
-        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        row = table_row(line)
         if header is None:
             header = row
         elif not set("".join(row)) <= set("-: "):

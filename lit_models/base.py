@@ -87,7 +87,8 @@ def cpu_host(cpuinfo: str | None = None) -> dict:
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())  # the first processor's
     flags = set(fields.get("flags", "").split())
-    return {"machine/cpu_model": fields.get("model name") or platform.processor() or "unknown",
+    model = fields.get("model name") or platform.processor() or platform.machine() or "unknown"
+    return {"machine/cpu_model": model,
             **{f"machine/cpu_has_{f}": (f in flags) if flags else "unknown"
                for f in CPU_FEATURES}}
 
