@@ -88,9 +88,9 @@ class Mechanism:
         )
 
     def _unsupported(self, context: str) -> UnsupportedContext:
-        from attention.registry import REGISTRY
+        from attention.registry import supporting
 
-        able = [n for n, cls in REGISTRY.items() if cls().supports(context)] if REGISTRY else []
+        able = supporting(context)
         reason = self.unsupported.get(context, "it is not defined there")
         return UnsupportedContext(
             f"attention {self.name!r} cannot be used for {context} attention: {reason}. "

@@ -41,6 +41,12 @@ def build(spec: str | dict | Mechanism, **options) -> Mechanism:
     return REGISTRY[spec](**options)
 
 
+def supporting(context: str) -> list[str]:
+    """The registered mechanisms that serve ``context`` (one of attention.base.CONTEXTS), in
+    registry order."""
+    return [name for name, cls in REGISTRY.items() if cls().supports(context)]
+
+
 def options_of(name: str) -> list[str] | None:
     """The options (constructor arguments) of mechanism ``name``; None when it takes any."""
     params = inspect.signature(REGISTRY[name]).parameters.values()

@@ -53,3 +53,27 @@ def take_turns(names: Iterable, items: Iterable, step: Callable[..., float],
         for name in turn:
             times[name].append(step(name, item))
     return times
+
+
+def peak_alloc_mb(fn: Callable[[], None]) -> float | None:
+    """Peak of the bytes held by torch tensors during the call beyond those held before it
+    (MiB), from the profiler's memory timeline (what ``max_memory_allocated`` would say on a
+    GPU); None where the profiler gives no timeline."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "timeline.json"
+        try:
+            with torch.profiler.profile(profile_memory=True, record_shapes=True,
+                                        with_stack=True) as prof:
+                fn()
+            prof.export_memory_timeline(str(path), device="cpu")
+            _, sizes = json.loads(path.read_text())
+        except (RuntimeError, ValueError, OSError):
+            return None
+    totals = [sum(s) for s in sizes]
+    return (max(totals) - totals[0]) / 2**20 if totals else None

@@ -90,13 +90,13 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 
+from benchmarks import peak_alloc_mb
 from fileio import write_atomic
 
 CONTEXT_ORDER = ("multihead", "alignment", "decoder", "decoder_step")
@@ -210,23 +210,6 @@ def _peak_rss_mb(fn: Callable[[], None]) -> float | None:
     return (_proc_status()["VmHWM"] - before) / 1024
 
 
-def _peak_alloc_mb(fn: Callable[[], None]) -> float | None:
-    """Peak of the bytes held by torch tensors during the call beyond those held before it
-    (MiB), from the profiler's memory timeline."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "timeline.json"
-        try:
-            with torch.profiler.profile(profile_memory=True, record_shapes=True,
-                                        with_stack=True) as prof:
-                fn()
-            prof.export_memory_timeline(str(path), device="cpu")
-            _, sizes = json.loads(path.read_text())
-        except (RuntimeError, ValueError, OSError):
-            return None
-    totals = [sum(s) for s in sizes]
-    return (max(totals) - totals[0]) / 2**20 if totals else None
-
-
 def _median_ms(fn: Callable[[], None], repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -248,7 +231,7 @@ def measure(case: dict, warmup: int, repeats: int, threads: int) -> dict:
     row = {**case, "fwd_bwd_ms": _median_ms(fwd_bwd, repeats) / steps,
            "fwd_ms": _median_ms(fwd, repeats) / steps}
     row["peak_mb"] = _peak_rss_mb(fwd_bwd)
-    row["alloc_peak_mb"] = _peak_alloc_mb(fwd_bwd)
+    row["alloc_peak_mb"] = peak_alloc_mb(fwd_bwd)
     return row
 
 
@@ -307,7 +290,7 @@ def interleaved(group: list[dict], warmup: int, rounds: int, threads: int) -> li
         return time.perf_counter() - start
 
     times = take_turns(range(len(group)), range(rounds), timed)  # by position in the group
-    allocs = [_peak_alloc_mb(fn) for fn in runners]
+    allocs = [peak_alloc_mb(fn) for fn in runners]
     rows = []
     for i, case in enumerate(group):
         ratio, low, high = paired_ratio(times[0], times[i])

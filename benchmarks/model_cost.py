@@ -11,6 +11,16 @@ experiments/dwin_mt.py: its speed config's Transformer base, post-norm, shared e
 on batches of 16 newstest2014 En-De pairs with a joint BPE), each of that grid's cells
 (mechanism and placement) as a model; ``--d-model`` does not apply.
 
+``--model compare --data sst|imdb``: the classifier of experiments/attention_compare.py (the
+model of its ``--config``, default paper, with the mechanism in every layer, on that config's
+training batches of the dataset), one model per row of its grids: every mechanism the
+registry serves in multi-head attention with its paper defaults, and CoDA with beta 0.25
+(lit_models/compare_rows.py); ``--out FILE`` writes the rows that ``report`` of that script
+prints (results/attention_compare_cost/<data>.jsonl, the grid's ``cost_file``):
+
+    python -m benchmarks.model_cost --model compare --data sst --threads 1 \
+        --out results/attention_compare_cost/sst.jsonl
+
 Why interleaved: the cost grid (``dwin_classification.py grid cost``) runs one Lightning run
 per cell after another, and on a shared machine a slow minute lands on one cell: its three
 seeds of 55 timed steps spread by up to 30% (results/dwin_classification_cost.md).  Here the
@@ -24,17 +34,25 @@ Reported per mechanism: its parameters, training steps/s over the timed steps (t
 steps divided by their summed time, as DW Table 4 reports it), the ratio to the baseline's
 (softmax; the Transformer for translation: ``ratio_vs_softmax`` in the JSON either way), and
 a 95% interval of that ratio from 2,000 bootstrap resamples of the (round, batch) pairs,
-paired across models.
-Prints a markdown table (``--json``: one JSON object per line).  Not a test: no assertion is
-made on the times.
+paired across models, and ``step_tensor_mb``: the peak of the bytes held by torch tensors in
+one more training step on the longest timed batch, beyond those held before it
+(``benchmarks.peak_alloc_mb``).
+Prints a markdown table (``--json``: one JSON object per line; ``--out FILE``: those lines,
+each with the cell it measures and the setting, machine, date and commit, written whole to
+FILE).  Not a test: no assertion is made on the times.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import itertools
 import json
+import os
+import shlex
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -43,8 +61,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks import choose, paired_ratio, take_turns
+from attention.registry import supporting
+from benchmarks import choose, paired_ratio, peak_alloc_mb, take_turns
 from datamodules.sst import SSTDataModule
+from fileio import write_atomic
+from lit_models.compare_rows import LINKS as CLASSIFIER_LINKS
+from lit_models.compare_rows import mechanism_rows
 from lit_models.transformer import TransformerClassifier
 
 #: mechanism -> (attention flag value, attention_layers): as the cost grid's cells (the
@@ -101,13 +123,18 @@ class Trainee:
         return time.perf_counter() - start
 
 
-def sst_trainees(names: list[str], vocab_size: int, d_model: int) -> dict[str, Trainee]:
-    """The SST classifier with each mechanism (seed 0)."""
+def classifier_loss(smoothing: float) -> Callable:
+    """A text classifier's training loss on a batch: cross-entropy with label smoothing."""
     def loss(model, batch):
         logits = model(batch["tokens"], batch["mask"]).logits
-        return F.cross_entropy(logits, batch["label"],
-                               label_smoothing=CONFIG["label_smoothing"])
+        return F.cross_entropy(logits, batch["label"], label_smoothing=smoothing)
 
+    return loss
+
+
+def sst_trainees(names: list[str], vocab_size: int, d_model: int) -> dict[str, Trainee]:
+    """The SST classifier with each mechanism (seed 0)."""
+    loss = classifier_loss(CONFIG["label_smoothing"])
     trainees = {}
     for name in names:
         attention, layers = MECHANISMS[name]
@@ -118,9 +145,51 @@ def sst_trainees(names: list[str], vocab_size: int, d_model: int) -> dict[str, T
     return trainees
 
 
-# -- the translation model (experiments/dwin_mt.py, grid cost, config speed) ----------------
-#: dwin_mt's configs (read as files: benchmarks import no experiment code)
-DWIN_MT_CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "dwin_mt"
+# -- models of an experiment's configs ------------------------------------------------------
+#: the experiments' configs (read as files: benchmarks import no experiment code)
+CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
+#: dwin_mt's (grid cost, config speed) and attention_compare's
+DWIN_MT_CONFIGS, COMPARE_CONFIGS = CONFIGS / "dwin_mt", CONFIGS / "attention_compare"
+
+
+def config_batches(folder: Path, config: str, dataset: str, n: int, data_dir: str | None
+                   ) -> tuple[list[dict], dict, object]:
+    """The first ``n`` training batches (seed 0) of the DataModule of a grid config's dataset
+    config (``<folder>/<config>/<dataset>.yaml``; ``data_dir`` replaces its folder when
+    given), the model settings of the grid config (``<folder>/<config>.yaml``), and the
+    DataModule (for the model's linked arguments)."""
+    import yaml
+
+    files = (folder / f"{config}.yaml", folder / config / f"{dataset}.yaml")
+    for path in files:
+        if not path.is_file():
+            raise SystemExit(f"model_cost: no config {path}")
+    settings = yaml.safe_load(files[0].read_text())["model"]
+    data_config = yaml.safe_load(files[1].read_text())["data"]
+    module, _, cls = data_config["class_path"].rpartition(".")
+    init = {**data_config.get("init_args", {}), "seed": 0,
+            **({"data_dir": data_dir} if data_dir else {})}
+    data = getattr(importlib.import_module(module), cls)(**init)
+    return first_batches(data, n, dataset), settings, data
+
+
+def config_trainees(model_class: type, rows: dict[str, list[str]], settings: dict,
+                    links: dict, loss: Callable) -> dict[str, Trainee]:
+    """A config's model for each row (its grid cell's ``--model.*`` flags; seed 0), with the
+    config's learning rate and betas."""
+    lr, betas = settings["lr"], tuple(settings["betas"])
+    trainees = {}
+    for name, flags in rows.items():
+        torch.manual_seed(0)
+        model = model_class(**{**settings, **links, **cell_arguments(flags)})
+        trainees[name] = Trainee(model, loss, lr, betas)
+    return trainees
+
+
+def compare_rows() -> dict[str, list[str]]:
+    """The rows of experiments/attention_compare.py's grids: every mechanism the registry
+    serves in multi-head attention, with its paper defaults, and CoDA with beta 0.25."""
+    return mechanism_rows(supporting("multihead"))
 
 
 def cell_arguments(flags: list[str]) -> dict:
@@ -152,29 +221,11 @@ def cell_arguments(flags: list[str]) -> dict:
     return kwargs
 
 
-def translation_batches(n: int, data_dir: str | None) -> tuple[list[dict], dict, dict]:
-    """The first ``n`` training batches of the speed config's En-De data, the model's
-    settings of that config (yaml) and the data's linked attributes."""
-    import yaml
-
-    from lit_models.mt_rows import LINKS
-
-    config = yaml.safe_load((DWIN_MT_CONFIGS / "speed.yaml").read_text())
-    data_config = yaml.safe_load((DWIN_MT_CONFIGS / "speed" / "en_de.yaml").read_text())["data"]
-    module, _, cls = data_config["class_path"].rpartition(".")
-    data = getattr(importlib.import_module(module), cls)(
-        **{**data_config["init_args"], "data_dir": data_dir, "seed": 0})
-    batches = first_batches(data, n, "translation")
-    links = {target: getattr(data, source) for source, target in LINKS}
-    return batches, config["model"], links
-
-
 def translation_trainees(names: list[str], settings: dict, links: dict) -> dict[str, Trainee]:
     """The speed config's translation model for each cell of the cost grid (seed 0)."""
     from lit_models.mt_rows import COST_ROWS
     from lit_models.transformer import TransformerSeq2Seq
 
-    lr, betas = settings["lr"], tuple(settings["betas"])
     smoothing = settings["label_smoothing"]
 
     def loss(model, batch):
@@ -182,12 +233,8 @@ def translation_trainees(names: list[str], settings: dict, links: dict) -> dict[
                        batch["tgt_mask"]).logits
         return model.loss(logits, batch, smoothing)
 
-    trainees = {}
-    for name in names:
-        torch.manual_seed(0)
-        model = TransformerSeq2Seq(**{**settings, **links, **cell_arguments(COST_ROWS[name])})
-        trainees[name] = Trainee(model, loss, lr, betas)
-    return trainees
+    return config_trainees(TransformerSeq2Seq, {name: COST_ROWS[name] for name in names},
+                           settings, links, loss)
 
 
 def measure(trainees: dict[str, Trainee], batches: list[dict], rounds: int,
@@ -215,12 +262,53 @@ def summarise(times: dict[str, list[float]], baseline: str = "softmax",
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
+def step_tensor_mb(trainees: dict[str, Trainee], batches: list[dict]) -> dict[str, float | None]:
+    """Per model, the tensor peak (MiB) of one more training step on the largest of
+    ``batches`` (the most elements) beyond what it held before (``peak_alloc_mb``)."""
+    def size(batch: dict) -> int:
+        return sum(v.numel() for v in batch.values() if isinstance(v, torch.Tensor))
+
+    largest = max(batches, key=size)
+    return {name: peak_alloc_mb(lambda t=trainee: t.step(largest))
+            for name, trainee in trainees.items()}
+
+
+def setting(args: argparse.Namespace, argv: list[str], steps: int) -> dict:
+    """What a measurement was made with: the command, config, data, timed steps, machine,
+    threads, load, date and commit (the ``setting`` of each ``--out`` row)."""
+    from benchmarks.attention import machine
+
+    info = machine()
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*command: str) -> str:
+        done = subprocess.run(["git", *command], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short=7", "HEAD") or "not recorded"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += " with uncommitted changes"
+    return {"command": shlex.join(["python", "-m", "benchmarks.model_cost", *argv]),
+            "model": args.model, "config": args.config if args.model == "compare" else None,
+            "data": args.data if args.model == "compare" else None, "steps": steps,
+            "machine": f"{info['cpu']} ({info['cores']} cores), torch {info['torch']} with "
+                       f"{torch.backends.cpu.get_cpu_capability()} kernels",
+            "threads": torch.get_num_threads(),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": commit}
+
+
+def parser() -> argparse.ArgumentParser:
     from lit_models.mt_rows import COST_ROWS
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.model_cost")
-    p.add_argument("--model", choices=("sst", "translation"), default="sst",
-                   help="the SST classifier (DW Table 5) or the translation model (Table 4)")
+    p.add_argument("--model", choices=("sst", "translation", "compare"), default="sst",
+                   help="the SST classifier (DW Table 5), the translation model (Table 4) or "
+                        "the classifier of experiments/attention_compare.py (--data, --config)")
+    p.add_argument("--data", choices=("sst", "imdb"), default="sst", help="compare only")
+    p.add_argument("--config", default="paper",
+                   help="compare only: the attention_compare config of the model and data")
     p.add_argument("--rounds", type=int, default=3, help="passes over the batches")
     p.add_argument("--steps", type=int, default=40, help="timed batches per round")
     p.add_argument("--warmup", type=int, default=5, help="untimed batches before the first")
@@ -229,34 +317,70 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--mechanisms", default=None,
                    help="comma-separated: SST " + ", ".join(MECHANISMS) + "; translation "
-                        + ", ".join(COST_ROWS) + " (default: all)")
+                        + ", ".join(COST_ROWS) + "; compare " + ", ".join(compare_rows())
+                        + " (default: all)")
     p.add_argument("--data-dir", default=None,
-                   help="the dataset's folder (default: its folder of ../shared/data)")
+                   help="the dataset's folder (default: its config's, else its folder of "
+                        "../shared/data)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--out", type=Path, default=None,
+                   help="write the --json rows, each with its cell and setting, to this file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    from lit_models.mt_rows import COST_ROWS, LINKS
+
+    argv = sys.argv[1:] if argv is None else argv
+    p = parser()
     args = p.parse_args(argv)
-    translation = args.model == "translation"
-    choices, baseline = (COST_ROWS, "transformer") if translation else (MECHANISMS, "softmax")
+    choices, baseline = {"sst": (MECHANISMS, "softmax"), "translation": (COST_ROWS, "transformer"),
+                         "compare": (compare_rows(), "softmax")}[args.model]
     names = choose(p, "--mechanisms", args.mechanisms or ",".join(choices), choices, baseline)
-    if min(args.rounds, args.steps) < 1 or args.warmup < 0:
-        p.error("--rounds and --steps must be at least 1, --warmup at least 0")
+    if args.model != "compare" and (args.data, args.config) != ("sst", "paper"):
+        p.error("--data and --config choose the model of --model compare only")
+    if min(args.rounds, args.steps, args.threads) < 1 or args.warmup < 0:
+        p.error("--rounds, --steps and --threads must be at least 1, --warmup at least 0")
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     n = args.warmup + args.steps
-    if translation:
-        batches, settings, links = translation_batches(n, args.data_dir)
-        trainees = translation_trainees(names, settings, links)
+    if args.model == "translation":
+        batches, settings, data = config_batches(DWIN_MT_CONFIGS, "speed", "en_de", n,
+                                                 args.data_dir)
+        trainees = translation_trainees(names, settings,
+                                        {t: getattr(data, s) for s, t in LINKS})
+    elif args.model == "compare":
+        batches, settings, data = config_batches(COMPARE_CONFIGS, args.config, args.data, n,
+                                                 args.data_dir)
+        trainees = config_trainees(TransformerClassifier, {r: choices[r] for r in names},
+                                   settings, {t: getattr(data, s) for s, t in CLASSIFIER_LINKS},
+                                   classifier_loss(settings.get("label_smoothing", 0.0)))
     else:
         batches, vocab_size = sst_batches(n, args.data_dir, args.batch_size)
         trainees = sst_trainees(names, vocab_size, args.d_model)
     rows = summarise(measure(trainees, batches, args.rounds, args.warmup), baseline)
+    memory = step_tensor_mb(trainees, batches[args.warmup:])
     for r in rows:
         r["parameters"] = sum(p.numel() for p in trainees[r["mechanism"]].model.parameters())
-    if args.json:
+        r["step_tensor_mb"] = memory[r["mechanism"]]
+    if args.out:
+        where = setting(args, argv, args.rounds * args.steps)
+        prefix = f"{args.data}-" if args.model == "compare" else ""
+        text = "".join(json.dumps({"cell": prefix + r["mechanism"],
+                                   "baseline": prefix + baseline, **r, "setting": where}) + "\n"
+                       for r in rows)
+        write_atomic(args.out, text)
+    if args.json or args.out:
         for r in rows:
             print(json.dumps(r))
         return
-    timed = batches[args.warmup:]
-    if translation:
+    print_table(args, rows, batches[args.warmup:], baseline)
+
+
+def print_table(args: argparse.Namespace, rows: list[dict], timed: list[dict],
+                baseline: str) -> None:
+    """The markdown table of the rows, after a line saying what was measured."""
+    if args.model == "translation":
         src = [int(b["src_mask"].sum()) for b in timed]
         print(f"Translation model (dwin_mt speed config, cost grid cells) training steps "
               f"(forward + backward + Adam), {args.threads} thread(s); {args.rounds} rounds x "
@@ -264,16 +388,20 @@ def main(argv: list[str] | None = None) -> None:
               f"{max(src)} source tokens), the models taking turns step by step\n")
     else:
         lengths = [b["tokens"].shape[1] for b in timed]
-        print(f"SST classifier training steps (forward + backward + Adam), batch "
-              f"{args.batch_size}, d_model {args.d_model}, {args.threads} thread(s); "
-              f"{args.rounds} rounds x {args.steps} batches (lengths {min(lengths)}-"
-              f"{max(lengths)} tokens, mean {sum(lengths) / len(lengths):.1f}), the models "
-              f"taking turns step by step\n")
-    print(f"| mechanism | parameters (M) | steps/s | vs {baseline} | 95% interval |\n"
-          "|---|---|---|---|---|")
+        what = (f"attention_compare classifier (config {args.config}, {args.data}), batch "
+                f"{timed[0]['tokens'].shape[0]}" if args.model == "compare" else
+                f"SST classifier training steps (forward + backward + Adam), batch "
+                f"{args.batch_size}, d_model {args.d_model}")
+        print(f"{what}, {args.threads} thread(s); {args.rounds} rounds x {args.steps} batches "
+              f"(lengths {min(lengths)}-{max(lengths)} tokens, mean "
+              f"{sum(lengths) / len(lengths):.1f}), the models taking turns step by step\n")
+    print(f"| mechanism | parameters (M) | steps/s | vs {baseline} | 95% interval | step tensor "
+          "MB |\n|---|---|---|---|---|---|")
     for r in rows:
+        memory = "-" if r["step_tensor_mb"] is None else f"{r['step_tensor_mb']:.1f}"
         print(f"| {r['mechanism']} | {r['parameters'] / 1e6:.2f} | {r['steps_per_s']:.2f} | "
-              f"{r['ratio_vs_softmax']:.2f}x | [{r['ratio_low']:.2f}, {r['ratio_high']:.2f}] |")
+              f"{r['ratio_vs_softmax']:.2f}x | [{r['ratio_low']:.2f}, {r['ratio_high']:.2f}] "
+              f"| {memory} |")
 
 
 if __name__ == "__main__":

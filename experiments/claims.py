@@ -60,11 +60,13 @@ from fileio import write_atomic
 
 RESULTS = PROJECT_ROOT / "results"
 BOARD = RESULTS / "CLAIMS.md"
-#: experiment script prefix -> the paper (docs/papers.md)
+#: experiment script prefix -> the paper (docs/papers.md), or what the script compares
 PAPERS = {"coda": "CoDA (Tay et al. 2019)",
           "dwin": "Differentiable Window (Nguyen et al. 2020)",
           "decomp": "Decomposable attention (the SNLI write-up; Parikh et al. 2016)",
-          "qadm": "Attention density matrix (quantum statistics-inspired attention)"}
+          "qadm": "Attention density matrix (quantum statistics-inspired attention)",
+          # no paper: the suite's own comparison of every mechanism (attention_compare.py)
+          "attention": "Which attention? (every mechanism on one recipe; no paper)"}
 NOT_RUN = "not run here"
 VERDICTS = (HOLDS, NOT_SIGNIFICANT, REVERSED, NOT_RUN)
 #: the line of a report that names the grid and config of the table below it

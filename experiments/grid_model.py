@@ -88,6 +88,11 @@ class Grid:
     #: the comparisons the paper claims, (baseline cell, proposal cell): ``report`` tests
     #: each on the per-example test predictions of the runs (experiments/significance.py)
     claims: list[tuple[str, str]] = field(default_factory=list)
+    #: the cells' training cost measured with the models taking turns in one process, a JSONL
+    #: that ``python -m benchmarks.model_cost --out`` writes (path relative to the project
+    #: root): ``report`` prints it after the table, ``report --plot`` draws each claim's
+    #: difference against it (experiments/interleaved_cost.py)
+    cost_file: str | None = None
 
     def __post_init__(self):
         names = {c.name for c in self.cells}

@@ -11,7 +11,11 @@ functions (experiments/report.py), never a second reader:
 * ``paper``: per metric and cell the paper's number and ours, the mean with its spread
   over seeds (+- one standard deviation) and each seed;
 * ``claims``: per claim the paired difference proposal - baseline with its 95% interval
-  (:func:`~experiments.report.claim_results`) against the paper's difference.
+  (:func:`~experiments.report.claim_results`) against the paper's difference;
+* ``tradeoff`` (only for a grid with a ``cost_file``): per claim the paired difference
+  against the proposal's step time relative to the baseline's, measured with the models
+  taking turns (experiments/interleaved_cost.py), both with their 95% intervals, one panel
+  per grid of the experiment that has a cost file (per dataset).
 
 Files: ``<experiment>-<grid>-<config>-<figure>.png`` in the grid's run folder's ``plots/``
 (``runs/<experiment>/<grid>-<config>/plots/``) or the folder given.  Cells with nothing to
@@ -28,6 +32,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from experiments.grid_model import Experiment, Grid, cell_runs, shown_path
+from experiments.interleaved_cost import read_cost_file
 from experiments.report import (
     ClaimResult,
     claim_labels,
@@ -49,7 +54,9 @@ CROSS_GATE = re.compile(r"coda/decoder\.(\d+)\.cross/gate_mean")
 FIGURES = {"curves": "validation curves (mean, band +- 1 s.d. over seeds)",
            "gates": "CoDA cross-attention gate over steps beside the validation curve",
            "paper": "paper vs ours per cell (mean +- 1 s.d. over seeds, dots: seeds)",
-           "claims": "paired difference per claim with its 95% interval vs the paper's"}
+           "claims": "paired difference per claim with its 95% interval vs the paper's",
+           "tradeoff": "paired difference to the baseline against the step-time ratio, per "
+                       "cell, one panel per dataset (95% intervals)"}
 
 
 @dataclass
@@ -101,7 +108,7 @@ def plot_curves(experiment: Experiment, grid: Grid, config: str, root: Path | No
         else:
             ax.text(0.5, 0.5, "not logged by any run", transform=ax.transAxes, ha="center")
     missing = [c.name for c in grid.cells if c.name not in drawn]
-    fig.suptitle(_title(experiment, grid, config, "validation curves, mean +- 1 s.d. over "
+    fig.suptitle(_title(experiment, grid.name, config, "validation curves, mean +- 1 s.d. over "
                         "seeds", missing, "no validation logged"), fontsize=10)
     return fig, missing
 
@@ -183,7 +190,7 @@ def plot_paper(experiment: Experiment, grid: Grid, config: str) -> tuple[Figure,
     axes[0].set_yticks(ys, [c.name + ("" if any(results[c.name].values()) else " (not run)")
                             for c in grid.cells])
     missing = [c.name for c in grid.cells if not any(results[c.name].values())]
-    fig.suptitle(_title(experiment, grid, config, "paper vs ours", missing, "not run"),
+    fig.suptitle(_title(experiment, grid.name, config, "paper vs ours", missing, "not run"),
                  fontsize=10)
     return fig, missing
 
@@ -240,6 +247,59 @@ def plot_claim_bars(bars: list[ClaimBar], title: str) -> Figure:
     return fig
 
 
+def plot_tradeoff(experiment: Experiment, config: str) -> tuple[Figure, list[str]]:
+    """Per grid with a ``cost_file`` (a dataset) a panel, per claim a point: the paired
+    difference proposal - baseline with its 95% interval (:func:`claim_results`) against the
+    proposal's step time over the baseline's, measured with the models taking turns, with its
+    95% interval (:func:`read_cost_file`); a proposal has one colour in every panel, its point
+    filled where the difference is significant; and the claims with nothing to draw, and
+    why."""
+    from matplotlib import colormaps
+
+    grids = [g for g in experiment.grids.values() if g.cost_file]
+    fig = new_figure((5.5 * len(grids) + 1.5, 4.5))
+    axes = fig.subplots(1, len(grids), squeeze=False)[0]
+    colours: dict[str, tuple] = {}
+    missing = []
+    for ax, grid in zip(axes, grids):
+        costs = read_cost_file(grid) or {}
+        short = {c.name: c.name.removeprefix(f"{grid.name}-") for c in grid.cells}
+        label = next(iter(claim_labels(grid)), None)  # the first test metric's claims
+        for r in (r for r in claim_results(experiment, grid, config) if r.label == label):
+            cost = costs.get(r.proposal)
+            if r.comparison is None or cost is None or cost.baseline != r.baseline:
+                missing.append(f"{r.proposal} ({'not run' if r.comparison is None else 'no cost'})")
+                continue
+            name = short[r.proposal]
+            n = len(colours) % 20  # tab20's strong colours first, then its light ones
+            colour = colours.setdefault(name, colormaps["tab20"](2 * n % 20 + 2 * n // 20))
+            c, (x, x_low, x_high) = r.comparison, cost.time_ratio
+            ax.errorbar([x], [c.diff], xerr=[[x - x_low], [x_high - x]],
+                        yerr=[[c.diff - c.low], [c.high - c.diff]], fmt="o", capsize=3,
+                        color=colour, markersize=7,
+                        markerfacecolor=colour if c.p_value < 0.05 else "white",
+                        label=name if not _has_label(fig.axes[0], name) else None)
+            ax.annotate(name, (x, c.diff), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        baselines = sorted({short[b] for b, _ in grid.claims})
+        ax.plot([1], [0], "s", color="black", label=", ".join(baselines)
+                if not _has_label(fig.axes[0], ", ".join(baselines)) else None)
+        ax.axhline(0, color="grey", linewidth=0.8)
+        ax.axvline(1, color="grey", linewidth=0.8)
+        ax.set_title(grid.name, fontsize=10)
+        ax.set_xlabel(f"step time / {', '.join(baselines)}'s (interleaved)")
+        ax.set_ylabel(f"{label} - {', '.join(baselines)}'s"
+                      + (" (points)" if label and grid.scale_of(label) == 100 else ""))
+        ax.grid(alpha=0.3)
+    if any(ax.get_legend_handles_labels()[0] for ax in axes):
+        handles = [h for ax in axes for h in ax.get_legend_handles_labels()[0]]
+        fig.legend(handles, [h.get_label() for h in handles], loc="outside right center",
+                   fontsize=8, title="filled: p < 0.05", title_fontsize=8)
+    what = "paired difference against step-time ratio, 95% intervals"
+    fig.suptitle(_title(experiment, " and ".join(g.name for g in grids), config, what, missing,
+                        "nothing to draw"), fontsize=10)
+    return fig, missing
+
+
 def grid_plots(experiment: Experiment, grid: Grid, config: str) -> GridPlots:
     """Every figure of the grid that has something to draw, and what is missing."""
     out = GridPlots()
@@ -265,6 +325,11 @@ def grid_plots(experiment: Experiment, grid: Grid, config: str) -> GridPlots:
         untested = [f"{r.claim} ({r.label})" for r in results if r.comparison is None]
         if untested:
             out.missing.append(f"claims: not tested: {', '.join(untested)}")
+    if grid.cost_file:
+        fig, missing = plot_tradeoff(experiment, config)
+        out.figures["tradeoff"] = fig
+        if missing:
+            out.missing.append(f"tradeoff: nothing to draw for {', '.join(missing)}")
     return out
 
 
@@ -292,9 +357,11 @@ def write_plots(experiment: Experiment, grid: Grid, config: str,
     return "\n".join(lines)
 
 
-def _title(experiment: Experiment, grid: Grid, config: str, what: str, missing: list[str],
+def _title(experiment: Experiment, grid: str, config: str, what: str, missing: list[str],
            why: str) -> str:
-    title = f"{experiment.name} {grid.name} ({config}): {what}"
+    """A figure's title: the experiment, grid (or grids) and config, what it shows, and the
+    cells it could not draw with why."""
+    title = f"{experiment.name} {grid} ({config}): {what}"
     return title + ("\n" + textwrap.fill(f"{why}: {', '.join(missing)}", 90) if missing else "")
 
 

@@ -217,6 +217,10 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
     lines += ["", "Cost: mean over the seeds of the parameters, training steps/s (training "
               "steps only), peak memory (CPU: the process's peak resident set) and the wall "
               "time of training (validation included); a run's machine and load set them."]
+    if grid.cost_file:  # the same cost measured with the models taking turns in one process
+        from experiments.interleaved_cost import format_cost_file
+
+        lines += ["", format_cost_file(grid)]
     if grid.claims:
         lines += ["", format_claims(experiment, grid, config)]
     if grid.note:

@@ -220,20 +220,25 @@ def _default_mechanism(module: str, default: ast.expr | None, names: list[str]) 
     return None
 
 
+def _assigned(key: ClassKey, name: str) -> ast.expr | None:
+    """The expression the class body of ``key`` assigns to ``name`` last; None if none."""
+    value = None
+    for statement in _class_def(key).body:
+        if isinstance(statement, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in statement.targets):
+            value = statement.value
+        elif (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+              and statement.target.id == name and statement.value is not None):
+            value = statement.value
+    return value
+
+
 def class_attribute(path: str, name: str, default=None):
     """The literal value of the class attribute ``name`` of the class ``path`` names, from
     the first class of its bases (in resolution order) that assigns it; ``default`` when
     none does."""
     for key in _mro(_class_key(path)):
-        node = _class_def(key)
-        value = None
-        for statement in node.body:
-            if isinstance(statement, ast.Assign) and any(
-                    isinstance(t, ast.Name) and t.id == name for t in statement.targets):
-                value = statement.value
-            elif (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
-                  and statement.target.id == name and statement.value is not None):
-                value = statement.value
+        value = _assigned(key, name)
         if value is not None:
             return ast.literal_eval(value)
     return default
@@ -252,3 +257,26 @@ def mechanism_names() -> list[str]:
                         for n in ast.walk(node))):
             return [_resolve("attention", e.id)[0].rpartition(".")[2] for e in node.iter.elts]
     raise LookupError(f"{Path('attention/__init__.py')}: no registration loop found")
+
+
+@cache
+def mechanisms_supporting(context: str) -> list[str]:
+    """The names of :func:`mechanism_names` whose flag class serves ``context``, as
+    ``attention.registry.supporting`` gives them (``Mechanism.supports``): a class of its
+    resolution order other than ``attention.base.Mechanism`` defines the context's method,
+    and the ``unsupported`` dict (its keys: literal strings) of the first class that assigns
+    one does not name the context."""
+    out = []
+    for name in mechanism_names():
+        mro = _mro(_class_key(f"attention.{name}.{name}"))
+        defines = any(isinstance(node, ast.FunctionDef) and node.name == context
+                      for key in mro if key != MECHANISM for node in _class_def(key).body)
+        refused = next((value for key in mro if (value := _assigned(key, "unsupported"))
+                        is not None), ast.Dict(keys=[], values=[]))
+        if not isinstance(refused, ast.Dict) or not all(
+                isinstance(k, ast.Constant) for k in refused.keys):
+            raise LookupError(f"attention.{name}.{name}.unsupported: not a dict with literal "
+                              "keys; cannot read its contexts from the source")
+        if defines and context not in [k.value for k in refused.keys]:
+            out.append(name)
+    return out

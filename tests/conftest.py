@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from attention import REGISTRY
+from attention.registry import supporting  # noqa: F401 - tests import it from here
 from datamodules.common import shared_data_dir
 
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -60,11 +60,6 @@ def heads(x: Tensor, h: int) -> Tensor:
     """(B, L, D) -> (B, h, L, D // h): the head split of MultiHeadAttention."""
     b, n, d = x.shape
     return x.view(b, n, h, d // h).transpose(1, 2)
-
-
-def supporting(context: str) -> list[str]:
-    """The registered mechanisms that can be used in ``context`` (attention.base.CONTEXTS)."""
-    return [name for name, cls in REGISTRY.items() if cls().supports(context)]
 
 
 # -- BLEU -----------------------------------------------------------------------------------------

@@ -277,9 +277,9 @@ def test_valid_attention_forms_still_parse(tmp_path, capsys, monkeypatch):
             expected, form
 
 
-@pytest.mark.parametrize("module", ["coda_mlu", "coda_mt", "coda_nli", "coda_sentiment",
-                                    "coda_text2code", "decomp_snli", "dwin_classification",
-                                    "dwin_lm", "dwin_mt", "qadm_mt"])
+@pytest.mark.parametrize("module", ["attention_compare", "coda_mlu", "coda_mt", "coda_nli",
+                                    "coda_sentiment", "coda_text2code", "decomp_snli",
+                                    "dwin_classification", "dwin_lm", "dwin_mt", "qadm_mt"])
 def test_every_cell_command_passes_the_checks(module):
     """No false alarm: the grids' own commands (smoke and paper) pass both checks."""
     import importlib
