@@ -48,7 +48,7 @@ class Compiled:
             if self._compiled is None:
                 _cache_per_capability()
                 self._compiled = torch.compile(self.fn, dynamic=True, options=OPTIONS)
-            return self._compiled(*args)
+            return self._run(*args)
         except Exception as err:
             if not isinstance(err, _compile_errors()):
                 raise
@@ -60,6 +60,58 @@ class Compiled:
     def __call__(self, *args):
         out = self.compiled(*args)
         return self.fn(*args) if out is None else out
+
+    def _run(self, *args):
+        """The compiled graph without duck sizing: dynamo would otherwise guard on every
+        equality of two sizes it happened to see first (a decoder's q and k lengths equal at
+        one step) and compile again when they differ."""
+        from torch.fx.experimental import _config
+
+        with _config.patch(use_duck_shape=False):
+            return self._compiled(*args)
+
+
+class TileKernel(Compiled):
+    """A compiled element-wise kernel over tiles (n, r, Lk), one graph per kind of call
+    whatever the sizes: the arguments at positions ``full`` have the tile's shape, every
+    other tensor argument broadcasts against it (a key mask (n,1,Lk), means (n,1,1)).  Sizes
+    1 of the tile are padded to 2 with zeros and the outputs (each of the tile's shape) cut
+    back; padding is exact because the kernel is element-wise.  Without it dynamo would
+    compile anew for a decoder step's single query and single key, and from the ninth graph
+    on (its ``recompile_limit``) run the kernel eagerly.  Measured on the CoDA MLU smoke fit
+    before this: 8 recompiles of ``_forward_block`` and the limit's warning at test time."""
+
+    def __init__(self, fn: Callable[..., Tensor | tuple[Tensor, ...]], full: tuple[int, ...]):
+        super().__init__(fn)
+        self.full = full
+
+    def __call__(self, *args):
+        if not self.active():
+            return self.fn(*args)
+        shape = args[self.full[0]].shape
+        widths = [p for size in reversed(shape) for p in (0, max(0, 2 - size))]
+        padded = args if not any(widths) else tuple(
+            _pad_like(a, shape, full=i in self.full) for i, a in enumerate(args))
+        out = self.compiled(*padded)
+        if out is None:  # compiling failed: the eager kernel on the arguments as given
+            return self.fn(*args)
+        if not any(widths):
+            return out
+        cut = tuple(slice(size) for size in shape)
+        return (tuple(o[cut].contiguous() for o in out) if isinstance(out, tuple)
+                else out[cut].contiguous())
+
+
+def _pad_like(a, shape: torch.Size, full: bool):
+    """``a`` padded with zeros as :class:`TileKernel` pads a tile of ``shape``: a tile's
+    argument (``full``) in every dimension of size below 2, to 2; a broadcasting tensor only
+    where the tile's size is 1 and its own is 1 as well, so that a key mask (n,1,Lk) of a
+    single query and a mask of the tile's shape give one graph.  Anything else: as given."""
+    if not isinstance(a, Tensor) or a.dim() != len(shape):
+        return a
+    widths = [p for i in reversed(range(len(shape))) for p in (
+        0, max(0, 2 - shape[i]) if full else int(shape[i] == 1 and a.shape[i] == 1))]
+    return F.pad(a, widths) if any(widths) else a
 
 
 def _cache_per_capability() -> None:

@@ -45,7 +45,7 @@ from torch import Tensor
 
 from attention._coda_kernels import BlockOps, Centering, QuasiAttention, Rows
 from attention._coda_kernels import l1_distance as l1_distance
-from attention._compiled import Compiled
+from attention._compiled import TileKernel
 from attention._tiling import apply_float32
 from attention.base import (
     Alignment,
@@ -135,8 +135,8 @@ def _backward_block(qk, dist, mask, mean_e, mean_n, keep, d_md, d_m, shift_e, sh
 
 
 #: the blocks as the kernels run them (compiled; :mod:`attention._coda_kernels`)
-_OPS = BlockOps(factors=_factors, forward=Compiled(_forward_block),
-                backward=Compiled(_backward_block))
+_OPS = BlockOps(factors=_factors, forward=TileKernel(_forward_block, full=(0, 1, 5)),
+                backward=TileKernel(_backward_block, full=(0, 1, 5, 6, 7)))
 
 
 # -- the functional layer --------------------------------------------------------------------
