@@ -355,7 +355,9 @@ def test_compiled_tiles_of_one_query_or_key_equal_the_eager_kernels(shape):
     qk, dist, d_md, d_m = (torch.randn(shape, generator=g) for _ in range(4))
     keep = (torch.rand(shape, generator=g) > 0.1).float() / 0.9
     opt = impl._Options(0.5, -0.5, "plain", "tanh", "sigmoid")
-    for mask in (None, torch.rand(n, 1, lk, generator=g) > 0.3, torch.rand(shape, generator=g) > 0.3):
+    key_mask = torch.rand(n, 1, lk, generator=g) > 0.3
+    tile_mask = torch.rand(shape, generator=g) > 0.3
+    for mask in (None, key_mask, tile_mask):
         means = torch.randn(n, 1, 1, generator=g), torch.randn(n, 1, 1, generator=g)
         for k in (None, keep):
             args = (qk, dist, mask, *means, k)
