@@ -212,15 +212,17 @@ def printed(experiment: Experiment, grid: Grid
 
 def results_file(evidence: Evidence) -> str:
     """The markdown link to the results file of the evidence (relative to results/): the
-    file itself, or the results/*.md that names the committed runs folder; a runs folder
+    file itself, or the results/*.md that names the committed runs folder (first the one
+    whose ``report`` command reads it, ``ATTNREPRO_RUNS=results/<folder>``); a runs folder
     outside results/ as its path."""
     where = evidence.where.resolve()
     if evidence.source == "runs":
         if where.parent != RESULTS.resolve():
             return f"`{shown_path(where)}`"
-        named = sorted((p for p in RESULTS.glob("*.md")
-                        if p.name != BOARD.name and f"results/{where.name}" in p.read_text()),
-                       key=lambda p: (p.stem != where.name.removesuffix("_runs"),
+        texts = {p: p.read_text() for p in RESULTS.glob("*.md") if p.name != BOARD.name}
+        named = sorted((p for p, text in texts.items() if f"results/{where.name}" in text),
+                       key=lambda p: (f"ATTNREPRO_RUNS=results/{where.name} " not in texts[p],
+                                      p.stem != where.name.removesuffix("_runs"),
                                       p.name == "README.md", p.name))  # the folder's own file
         where = named[0] if named else where
     return f"[{where.name}]({where.name})"

@@ -67,6 +67,10 @@ def seed_values(root: Path, cell: Cell, grid: Grid) -> dict[str, list[float]]:
 #: keys of a run's resolved config (``config.yaml``) that differ between the seeds of a cell
 #: by design: the seed, the run's name, the checkpoint a resumed run started from
 PER_SEED_KEYS = ("seed_everything", "run.name", "ckpt_path")
+#: keys that only change what a run shows while it trains, never a number it writes: runs
+#: that differ in them are averaged (the config.yaml of DW Table 5's SST runs at 729655d
+#: records the bar False, that of later code None)
+DISPLAY_KEYS = ("trainer.enable_progress_bar", "trainer.enable_model_summary")
 
 
 class MixedRunsError(ValueError):
@@ -85,13 +89,15 @@ def _flat(node, prefix: str = "") -> dict[str, object]:
 def settings_differences(run_dirs: list[Path]) -> dict[str, dict[str, object]]:
     """key -> run folder name -> value, for each key of the runs' resolved configs
     (``config.yaml``, written by LightningCLI) whose value is not the same in all of them,
-    :data:`PER_SEED_KEYS` aside; runs without a config.yaml are left out."""
+    :data:`PER_SEED_KEYS` and :data:`DISPLAY_KEYS` aside; runs without a config.yaml are
+    left out."""
     configs = {}
     for run_dir in run_dirs:
         path = run_dir / "config.yaml"
         if path.exists():
             configs[run_dir.name] = _flat(yaml.safe_load(path.read_text()) or {})
-    keys = sorted({k for c in configs.values() for k in c} - set(PER_SEED_KEYS))
+    keys = sorted({k for c in configs.values() for k in c}
+                  - set(PER_SEED_KEYS) - set(DISPLAY_KEYS))
     return {key: {name: c.get(key) for name, c in configs.items()} for key in keys
             if len({repr(c.get(key)) for c in configs.values()}) > 1}
 

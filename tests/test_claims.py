@@ -59,7 +59,8 @@ def named_claims() -> dict[tuple[str, str], list[str]]:
 @pytest.fixture
 def board(tmp_path, monkeypatch):
     """A results/ of its own: a committed runs folder (CoDA Table 5, IMDb, 2 seeds: CoDA
-    right on all 40 reviews, the Transformer on half; SST one seed each), a results file
+    right on all 40 reviews, the Transformer on half; SST one seed each) with the results
+    file whose report command reads it and another that only names it, a results file
     with what report printed for coda_mlu's Table 6 (one seed, reversed) and one older
     report without claims (coda_mt); a --runs folder with smoke runs of DW Table 6 and a
     decomp_snli run without per-example predictions."""
@@ -73,7 +74,11 @@ def board(tmp_path, monkeypatch):
         write_run(group / f"imdb-coda-seed{seed}", [True] * 40)
     write_run(group / "sst-transformer-seed0", half)
     write_run(group / "sst-coda-seed0", half)
-    (results / "t5.md").write_text("# CoDA Table 5\n\nruns: results/t5_runs\n")
+    (results / "table5.md").write_text(
+        "# CoDA Table 5\n\n    ATTNREPRO_RUNS=results/t5_runs python experiments/"
+        "coda_sentiment.py report table5 --config repro\n")
+    # another file that names the folder (a queue's notes) without reading it
+    (results / "a_queue.md").write_text("seeds 0-1 copied from results/t5_runs\n")
     (results / "mlu.md").write_text("\n".join([
         "### CoDA Table 6", "coda_mlu grid table6, config demo (experiments/...)", "",
         CLAIMS_HEADER, "|---|---|---|---|---|---|---|---|",
@@ -137,7 +142,8 @@ def test_verdicts_and_where_they_come_from(board):
     assert imdb[:7] == ["imdb-coda vs imdb-transformer", "`imdb-transformer` -> `imdb-coda`",
                         "Acc +0.70", "Acc: 50.00 -> 100.00, +50.00 [+35.00, +65.00], "
                         "p<0.001 (bootstrap)", "2 x 40", "holds", "config repro"]
-    assert imdb[7] == "[t5.md](t5.md)"  # the results file that names the runs folder
+    # the results file whose report reads the runs folder, not another that names it
+    assert imdb[7] == "[table5.md](table5.md)"
     assert sst[5] == "not significant (one seed)" and sst[4] == "1 x 40"
     (mlu,) = found[("coda_mlu", "table6")]
     assert mlu[3:] == ["Acc: 30.48 -> 17.54, -12.94 [-13.90, -12.00], p<0.001 (bootstrap)",
