@@ -286,7 +286,9 @@ def setting(args: argparse.Namespace, argv: list[str], steps: int) -> dict:
         return done.stdout.strip() if done.returncode == 0 else ""
 
     commit = git("rev-parse", "--short=7", "HEAD") or "not recorded"
-    if git("status", "--porcelain", "--untracked-files=no"):
+    # the code's changes, not the results files a rerun writes (the SST file, written
+    # first, made the IMDb row of the same command say "uncommitted")
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"):
         commit += " with uncommitted changes"
     return {"command": shlex.join(["python", "-m", "benchmarks.model_cost", *argv]),
             "model": args.model, "config": args.config if args.model == "compare" else None,
