@@ -11,7 +11,7 @@ sequence, Transformer vs CoDA Transformer (Tay et al. 2019, Sec. 3.6).
 
 from dataclasses import replace
 
-from experiments.grid_model import Cell, Experiment, Grid
+from experiments.harness.grid_model import Cell, Experiment, Grid
 from lit_models.compare_rows import CHOSEN_CODA as CHOSEN_CODA_FLAGS
 
 TRANSFORMER = Cell("transformer", ["--model.attention=softmax"], {"Acc": 76.1})
@@ -127,4 +127,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

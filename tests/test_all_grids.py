@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.cli import run_cli
-from experiments.grid_model import Experiment
+from experiments.harness.cli import run_cli
+from experiments.harness.grid_model import Experiment
+from experiments.harness.runner import main as run_script
 from tests.fixtures.make_fixtures import DATASETS, FIXTURES, fixture_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def dry_run(script: str, grid: str, config: str, capsys) -> list[list[str]]:
     """The commands ``grid <grid> --smoke --dry-run`` (``--config <config>``) prints."""
     capsys.readouterr()
     choice = ["--smoke"] if config == "smoke" else ["--config", config]
-    experiment(script).main(["grid", grid, *choice, "--dry-run"])
+    run_script(experiment(script), ["grid", grid, *choice, "--dry-run"])
     return [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
 
 
@@ -109,7 +110,7 @@ def test_datasets_switch_one_way(script):
 def parsed_config(script: str, grid: str, cell: str, config: str, capsys,
                   monkeypatch) -> dict:
     """The config LightningCLI resolves from a cell's command (``--print_config``)."""
-    from experiments.launch import cell_command
+    from experiments.harness.launch import cell_command
 
     exp = experiment(script)
     g = exp.grid(grid)

@@ -18,9 +18,9 @@ import pytest
 from attention import CONTEXTS, Mechanism, UnsupportedContext
 from attention.registry import supporting
 from experiments import attention_compare, coda_mlu
-from experiments.grid_model import Experiment
-from experiments.interleaved_cost import format_cost_file, read_cost_file
-from experiments.sources import mechanisms_supporting
+from experiments.harness.grid_model import Experiment
+from experiments.harness.interleaved_cost import format_cost_file, read_cost_file
+from experiments.harness.sources import mechanisms_supporting
 from lit_models.compare_rows import mechanism_rows
 from lit_models.transformer import TransformerClassifier
 from tests.conftest import last_values, run
@@ -192,7 +192,7 @@ def test_cost_file_and_tradeoff_figure_on_written_runs(tmp_path, monkeypatch):
     assert "| sst-coda | 1.235 | 8.00 | 0.80x [0.75, 0.85] | 50.0 | 1.25x |" in text
     assert "| sst-density | not measured | | | | |" in text
     assert "python -m benchmarks.model_cost --model compare" in text and "a CPU" in text
-    from experiments.plots import grid_plots, plot_tradeoff
+    from experiments.harness.plots import grid_plots, plot_tradeoff
 
     fig, missing = plot_tradeoff(experiment, "paper")
     sst, imdb = fig.axes

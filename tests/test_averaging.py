@@ -15,7 +15,7 @@ import torch
 import yaml
 from torch import nn
 
-from experiments.cli import check_average_last
+from experiments.harness.cli import check_average_last
 from fileio import checkpoint_step
 from lit_models.averaging import (
     average_checkpoints,

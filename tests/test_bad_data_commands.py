@@ -15,7 +15,8 @@ import pytest
 
 from datamodules.common import DataFormatError
 from experiments import dwin_classification
-from experiments.errors import data_error_in, unwrapped
+from experiments.harness.errors import data_error_in, unwrapped
+from experiments.harness.runner import main as run_script
 from tests.conftest import DNLI, LINZEN, ROOT, lines, snli, write_iwslt
 
 UTF16_START = b"\xff\xfe["  # a file saved as UTF-16
@@ -151,7 +152,7 @@ def test_debug_shows_the_data_error_with_its_traceback(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     (tmp_path / "numpred.train").write_text("")
     with pytest.raises(DataFormatError, match=r"numpred\.train: expected at least one line"):
-        dwin_classification.EXPERIMENT.main([
+        run_script(dwin_classification.EXPERIMENT, [
             "fit", "--config", "experiments/configs/dwin_classification/smoke.yaml", "--config",
             "experiments/configs/dwin_classification/smoke/sva.yaml", "--data.data_dir",
             str(tmp_path), "--data.train_file", "numpred.train", "--data.val_file",

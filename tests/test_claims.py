@@ -1,4 +1,4 @@
-"""The claims board (experiments/claims.py) built from run and results files written here:
+"""The claims board (experiments/harness/claims.py) built from run and results files written here:
 every named claim of every grid of every experiment script appears exactly once, with the
 verdict of report's own paired test (holds, reversed and marked one seed, smoke only, no
 paired test, no data) and the evidence with the most seeds; and the committed
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import claims
-from experiments.report import CLAIMS_HEADER
+from experiments.harness import claims
+from experiments.harness.report import CLAIMS_HEADER
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,7 +166,7 @@ def test_verdicts_and_where_they_come_from(board):
 def test_a_config_without_comments_is_not_stated(tmp_path):
     from dataclasses import dataclass
 
-    from experiments.grid_model import Cell, Experiment, Grid, dataset_config
+    from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
 
     @dataclass
     class Here(Experiment):

@@ -15,7 +15,8 @@ import yaml
 
 from datamodules.common import shared_data_dir
 from experiments import coda_sentiment, dwin_classification, dwin_lm
-from experiments.cli import run_cli
+from experiments.harness.cli import run_cli
+from experiments.harness.runner import main as run_script
 from lit_models.transformer import TransformerClassifier
 from tests.conftest import last_values, read_jsonl, run, shared_path
 from tests.wandb_records import records
@@ -150,12 +151,12 @@ def test_grid_of_an_sst_and_an_imdb_cell_and_report(env, tmp_path):
 
 
 def test_cell_commands_merge_the_dataset_config_of_the_grid_config(capsys):
-    coda_sentiment.EXPERIMENT.main(["grid", "table5", "--smoke", "--dry-run", "--cells",
+    run_script(coda_sentiment.EXPERIMENT, ["grid", "table5", "--smoke", "--dry-run", "--cells",
                                     "imdb-coda"])
     smoke = CONFIGS / "coda_sentiment" / "smoke"
     out = capsys.readouterr().out
     assert f"--config {smoke}.yaml --config={smoke}/imdb.yaml --model.attention=coda" in out
-    coda_sentiment.EXPERIMENT.main(["grid", "table5", "--dry-run", "--cells",
+    run_script(coda_sentiment.EXPERIMENT, ["grid", "table5", "--dry-run", "--cells",
                                     "sst-transformer"])
     paper = CONFIGS / "coda_sentiment" / "paper"
     out = capsys.readouterr().out

@@ -19,10 +19,11 @@ import yaml
 
 from attention import REGISTRY, build
 from experiments import coda_mlu, coda_mt, coda_nli, decomp_snli
-from experiments.cli import run_cli
-from experiments.grid_model import Experiment
-from experiments.launch import cell_command
-from experiments.preflight import check_attention_args, check_dataset_args
+from experiments.harness.cli import run_cli
+from experiments.harness.grid_model import Experiment
+from experiments.harness.launch import cell_command
+from experiments.harness.preflight import check_attention_args, check_dataset_args
+from experiments.harness.runner import main as run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 NLI = coda_nli.EXPERIMENT
@@ -40,7 +41,7 @@ COMMANDS = ("fit", "validate", "test", "grid", "cell", "sweep", "report")
 def error(experiment: Experiment, argv: list[str]) -> str:
     """The one-line message ``main(argv)`` exits with."""
     with pytest.raises(SystemExit) as done:
-        experiment.main(argv)
+        run_script(experiment, argv)
     message = done.value.code
     assert isinstance(message, str), message
     assert "\n" not in message, message
@@ -101,7 +102,7 @@ def test_script_help_and_one_line_errors(env, tmp_path):
 # -- help --------------------------------------------------------------------------------------
 def test_no_arguments_print_the_overview_and_fail(capsys):
     with pytest.raises(SystemExit) as done:
-        NLI.main([])
+        run_script(NLI, [])
     assert done.value.code == 2
     out = capsys.readouterr().out
     assert out.startswith("usage: coda_nli.py <command> ...")
@@ -109,7 +110,7 @@ def test_no_arguments_print_the_overview_and_fail(capsys):
 
 
 def test_overview_of_a_single_dataset_experiment(capsys):
-    coda_mt.EXPERIMENT.main(["--help"])
+    run_script(coda_mt.EXPERIMENT, ["--help"])
     lines = capsys.readouterr().out.splitlines()
     assert "  table4         CoDA Table 4: IWSLT'15 En-Vi, test BLEU (tst2013) (2 cells)" in lines
     assert "  paper, small, smoke" in lines  # the configs, no dataset folders
@@ -119,7 +120,7 @@ def test_overview_of_a_single_dataset_experiment(capsys):
 @pytest.mark.parametrize("command", ["grid", "cell", "sweep", "report"])
 def test_runner_subcommand_help_lists_grids_and_configs(command, capsys):
     with pytest.raises(SystemExit) as done:
-        NLI.main([command, "--help"])
+        run_script(NLI, [command, "--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: coda_nli.py {command} ")
@@ -152,7 +153,7 @@ def test_unknown_command_grid_and_config(runs, capsys):
         assert error(NLI, [command, "table3", "--config", "papr", *cell]) == configs
     assert not runs.exists()  # nothing launched, no empty run folder
     with pytest.raises(SystemExit) as done:  # argparse's own errors: one line too
-        NLI.main(["grid"])
+        run_script(NLI, ["grid"])
     assert done.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
         "coda_nli.py grid: the following arguments are required: grid "
@@ -269,7 +270,7 @@ def test_valid_attention_forms_still_parse(tmp_path, capsys, monkeypatch):
     for expected, form in forms:
         capsys.readouterr()
         with pytest.raises(SystemExit) as done:
-            NLI.main([*base, *form, "--print_config"])
+            run_script(NLI, [*base, *form, "--print_config"])
         assert done.value.code in (0, None), form
         attention = yaml.safe_load(capsys.readouterr().out)["model"]["attention"]
         assert attention["class_path"] == "attention.coda.coda", form
@@ -299,14 +300,14 @@ def test_report_names_the_configs_that_have_runs(runs, capsys):
     run_dir.mkdir(parents=True)
     (run_dir / "metrics.csv").write_text("step,test/acc\n5,0.5\n")
     (runs / "coda_nli" / "table8-smoke").mkdir()  # a folder without runs does not count
-    NLI.main(["report", "table3"])
+    run_script(NLI, ["report", "table3"])
     assert capsys.readouterr().out.splitlines() == [
         "no runs of table3 with config paper; runs exist for: smoke (use --smoke or --config "
         "smoke)"]
-    NLI.main(["report", "table3", "--smoke"])  # runs exist: the table as before
+    run_script(NLI, ["report", "table3", "--smoke"])  # runs exist: the table as before
     out = capsys.readouterr().out
     assert "| snli-coda | 85.71 | 50.00 (n=1) | - | not run |" in out
-    NLI.main(["report"])  # every grid: the line for table3, tables for the others
+    run_script(NLI, ["report"])  # every grid: the line for table3, tables for the others
     out = capsys.readouterr().out
     assert out.startswith("no runs of table3 with config paper; runs exist for: smoke")
     assert "### CoDA Table 8" in out and "| scitail-none | 85.30 | not run |" in out
@@ -314,20 +315,21 @@ def test_report_names_the_configs_that_have_runs(runs, capsys):
 
 def test_sweep_writes_beside_the_runs_and_is_never_a_config(runs, tmp_path, capsys,
                                                             monkeypatch):
-    coda_mlu.EXPERIMENT.main(["sweep", "table6", "--smoke"])
+    run_script(coda_mlu.EXPERIMENT, ["sweep", "table6", "--smoke"])
     path = runs / "coda_mlu" / "sweeps" / "table6-smoke.yaml"
     assert capsys.readouterr().out.startswith(f"wrote {path}\n")
     assert yaml.safe_load(path.read_text())["parameters"]["cell"]["values"] == [
         "transformer", "coda"]
     # --cells, --seeds and --threads as in grid; grid's ways of running (--jobs, ...) are
     # not offered
-    coda_mlu.EXPERIMENT.main(["sweep", "table6", "--smoke", "--cells", "coda", "--seeds", "3"])
+    run_script(coda_mlu.EXPERIMENT,
+               ["sweep", "table6", "--smoke", "--cells", "coda", "--seeds", "3"])
     params = yaml.safe_load(path.read_text())["parameters"]
     assert params == {"cell": {"values": ["coda"]}, "seed": {"values": [0, 1, 2]}}
     capsys.readouterr()
     for args in (["--jobs", "2"], ["--dry-run"], ["--skip-done"], ["--force"]):
         with pytest.raises(SystemExit):
-            coda_mlu.EXPERIMENT.main(["sweep", "table6", "--smoke", *args])
+            run_script(coda_mlu.EXPERIMENT, ["sweep", "table6", "--smoke", *args])
         assert f"unrecognized arguments: {args[0]}" in capsys.readouterr().err
     assert error(coda_mlu.EXPERIMENT, ["sweep", "table6", "--smoke", "--cells", "cod"]) == \
         "grid 'table6' has no cell 'cod'; cells: transformer, coda"
@@ -340,7 +342,7 @@ def test_sweep_writes_beside_the_runs_and_is_never_a_config(runs, tmp_path, caps
     assert coda_mlu.EXPERIMENT.configs() == ["paper", "smoke"]
     assert error(coda_mlu.EXPERIMENT, ["grid", "table6", "--config", "sweep-table6-paper"]) \
         .startswith("coda_mlu has no config 'sweep-table6-paper'; configs: paper, smoke (")
-    coda_mlu.EXPERIMENT.main(["--help"])
+    run_script(coda_mlu.EXPERIMENT, ["--help"])
     assert "sweep-" not in capsys.readouterr().out
 
 
@@ -386,7 +388,7 @@ def test_relative_cross_attention_is_refused_in_one_line(runs):
 def test_debug_shows_the_traceback(runs, monkeypatch):
     monkeypatch.setenv("ATTNREPRO_DEBUG", "1")
     with pytest.raises(ValueError, match="d_model must be at least 1, got 0"):
-        MLU.main([*MLU_SMOKE, "--model.d_model", "0"])
+        run_script(MLU, [*MLU_SMOKE, "--model.d_model", "0"])
 
 
 @pytest.mark.parametrize("args,lines", [
@@ -427,7 +429,7 @@ def test_an_unknown_option_or_file_is_two_lines(runs, tmp_path, capsys, monkeypa
     bad.write_text("model:\n  dropoutt: 0.1\n")
     args = [a.replace("{bad}", str(bad)) for a in args]
     with pytest.raises(SystemExit) as done:
-        MLU.main([*MLU_SMOKE, *args])
+        run_script(MLU, [*MLU_SMOKE, *args])
     assert done.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
         *(line.replace("{bad}", str(bad)) for line in lines),

@@ -112,10 +112,11 @@ def test_ddp_on_cpu_in_a_subprocess(env, tmp_path):
 
 
 def test_learning_curves_from_written_logs(tmp_path, monkeypatch):
-    """``report --curve`` and experiments/curves.py on CSV logs written here: the mean over
+    """``report --curve`` and experiments/harness/curves.py on CSV logs written here: the mean over
     seeds per step, optimiser steps counted from Lightning's logged step + 1."""
-    from experiments import coda_mlu, curves
-    from experiments.report import format_curves
+    from experiments import coda_mlu
+    from experiments.harness import curves
+    from experiments.harness.report import format_curves
 
     monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
     root = tmp_path / "runs" / "coda_mlu" / "table6-demo"
@@ -142,8 +143,8 @@ def test_learning_curves_from_written_logs(tmp_path, monkeypatch):
 def test_report_reads_hyperparameters_and_scales_each_column(tmp_path, monkeypatch):
     """A grid column may read the run's hparams.yaml (``hparams/n_parameters``, as DW Table 4)
     and have a scale of its own (parameters in millions beside steps/s as logged)."""
-    from experiments.grid_model import Cell, Experiment, Grid
-    from experiments.report import format_report
+    from experiments.harness.grid_model import Cell, Experiment, Grid
+    from experiments.harness.report import format_report
 
     monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
     grid = Grid("t4", "speed", {"Params (M)": "hparams/n_parameters",
@@ -181,7 +182,7 @@ def test_wandb_disabled_writes_nothing(env, tmp_path):
 def test_wandb_never_waits_for_the_network(monkeypatch, tmp_path, capsys):
     """Online only with an API key for the W&B server and a server that answers; else
     offline, said once; an explicit WANDB_MODE is kept; no key: no connection is tried."""
-    from experiments import loggers
+    from experiments.harness import loggers
 
     reachable = loggers._reachable
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no ~/.config/wandb/settings

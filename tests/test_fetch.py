@@ -28,6 +28,7 @@ import pytest
 from datamodules import fetch, registry
 from datamodules.fetch import ChecksumError, DownloadError
 from datamodules.registry import DATASETS
+from experiments.harness.runner import main as run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SNLI_DEV = "snli/snli_1.0_dev.first1288.jsonl"
@@ -187,7 +188,7 @@ def test_fit_downloads_before_the_argument_links_read_the_vocabulary(tmp_path, s
     data.write_text("data:\n  class_path: datamodules.nli.SNLIDataModule\n  init_args:\n"
                     "    max_train_examples: 64\n    batch_size: 32\n")
     config = Path(__file__).resolve().parents[1] / "experiments/configs/coda_nli/smoke.yaml"
-    coda_nli.EXPERIMENT.main(["fit", "--config", str(config), "--config", str(data),
+    run_script(coda_nli.EXPERIMENT, ["fit", "--config", str(config), "--config", str(data),
                               "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
                               "--trainer.callbacks=[]", "--run.wandb", "false",
                               "--run.name", "fetched"])

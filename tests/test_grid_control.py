@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from experiments import coda_mlu
-from experiments.grid_model import run_lock
+from experiments.harness.grid_model import run_lock
+from experiments.harness.runner import main as run_script
 from tests.conftest import start
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +27,7 @@ def test_a_second_grid_leaves_a_running_cell_alone(tmp_path, monkeypatch, capsys
     held = run_lock(folder, "transformer-seed0")  # the first grid runs it
     try:
         with pytest.raises(SystemExit) as stopped:
-            coda_mlu.EXPERIMENT.main(["grid", "table6", "--smoke", "--cells", "transformer"])
+            run_script(coda_mlu.EXPERIMENT, ["grid", "table6", "--smoke", "--cells", "transformer"])
         assert (f"  NOT RUN transformer seed 0: another grid is running it (pid {os.getpid()}); "
                 "rerun with --skip-done once it has finished") in capsys.readouterr().out
         assert str(stopped.value) == (  # left alone, not failed: the exit says which
@@ -57,13 +58,14 @@ def test_a_stopped_run_is_not_thrown_away_without_being_asked(tmp_path, monkeypa
 
     before = files()
     with pytest.raises(SystemExit) as refused:
-        coda_mlu.EXPERIMENT.main(["grid", "table6", "--smoke", "--seeds", "2"])
+        run_script(coda_mlu.EXPERIMENT, ["grid", "table6", "--smoke", "--seeds", "2"])
     assert str(refused.value) == (
         f"coda_mlu.py grid: 2 run(s) in {folder} stopped before with checkpoints: transformer "
         "seed 0 (step 42,000), coda seed 1 (step 7,000); --skip-done resumes them (and keeps "
         "the finished ones), --force starts them again")
     with pytest.raises(SystemExit) as refused:
-        coda_mlu.EXPERIMENT.main(["cell", "table6", "--smoke", "--cell", "coda", "--seed", "1"])
+        run_script(coda_mlu.EXPERIMENT,
+                   ["cell", "table6", "--smoke", "--cell", "coda", "--seed", "1"])
     assert str(refused.value) == (
         f"coda_mlu.py cell: coda seed 1 stopped before with checkpoints ({folder / 'coda-seed1'}"
         "); `grid table6 --config smoke --cells coda --seeds 2 --skip-done` resumes it, --force "
@@ -71,7 +73,7 @@ def test_a_stopped_run_is_not_thrown_away_without_being_asked(tmp_path, monkeypa
     held = run_lock(folder, "transformer-seed0")  # another grid resumes this one now
     try:
         with pytest.raises(SystemExit) as refused:
-            coda_mlu.EXPERIMENT.main(["grid", "table6", "--smoke", "--seeds", "2"])
+            run_script(coda_mlu.EXPERIMENT, ["grid", "table6", "--smoke", "--seeds", "2"])
     finally:
         held.close()
     assert "stopped before with checkpoints: coda seed 1 (step 7,000);" in str(refused.value)

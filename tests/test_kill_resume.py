@@ -2,7 +2,7 @@
 training step, a validation or the test after fit, or killed while a checkpoint is being
 written, restarts with ``grid --skip-done`` and ends with the metrics, weights and
 predictions of an uninterrupted run; a checkpoint cut short is never resumed from
-(experiments/checkpoints.py).  Kill points are found by watching the cell's files: its
+(experiments/harness/checkpoints.py).  Kill points are found by watching the cell's files: its
 metrics.csv (flushed every 5 steps and when a fit ends), its checkpoints folder (a
 checkpoint at step 10 is written just before the validation of step 10); a checkpoint's
 write is held half done by a start-up hook (tests/hooks/hold_checkpoint) for the kill."""
@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.checkpoints import (
+from experiments.harness.checkpoints import (
     AtomicCheckpointIO,
     checkpoint_problem,
     resumable_checkpoint,
     validation_due,
 )
-from experiments.launch import set_aside_or_remove
+from experiments.harness.launch import set_aside_or_remove
 from tests.conftest import run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from experiments import figures
+from experiments.harness import figures
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -1,7 +1,8 @@
 """The rare-word analysis of the quantum-statistics attention paper's Table 4
-(experiments/rare_words.py) on small hand-made files whose answer is worked out by hand in the
-comments: the frequency percentile groups, the mean frequencies and the deviations, both input
-formats (plain text and the decoded ``hypotheses-<stage>.jsonl``), the errors and the CLI."""
+(experiments/harness/rare_words.py) on small hand-made files whose answer is worked out by
+hand in the comments: the frequency percentile groups, the mean frequencies and the
+deviations, both input formats (plain text and the decoded ``hypotheses-<stage>.jsonl``),
+the errors and the CLI."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from datamodules.common import DataFormatError
-from experiments.rare_words import (
+from experiments.harness.rare_words import (
     analyse,
     frequency_groups,
     main,

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from experiments import coda_sentiment, dwin_lm
-from experiments.grid_model import Cell, Grid
-from experiments.report import format_report
-from experiments.significance import aggregate, metric_name, run_units
+from experiments.harness.grid_model import Cell, Grid
+from experiments.harness.report import format_report
+from experiments.harness.significance import aggregate, metric_name, run_units
 
 
 def write_run(folder: Path, rows: list[dict], metrics: dict[str, float],
@@ -236,7 +236,7 @@ coda_mlu grid table6, config demo
 
 
 def test_compare_printouts_ignores_load_and_names_each_difference():
-    from experiments.report import compare_printouts, table_cells
+    from experiments.harness.report import compare_printouts, table_cells
 
     cells = table_cells(PRINTOUT)
     assert len(cells) == 2 * 3 + 2 * 2  # steps/s, peak MB and wall min left out

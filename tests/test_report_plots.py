@@ -1,4 +1,4 @@
-"""``report --plot`` (experiments/plots.py) on run folders written here: the files it writes
+"""``report --plot`` (experiments/harness/plots.py) on run folders written here: the files it writes
 and where, the panels, cells and labels of each figure read back from the Figure objects
 (not pixels), a grid with missing cells drawn as far as it goes with the missing ones named,
 the CoDA gate figure from diagnostics columns, learning curves for every grid, and the
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from experiments import coda_mlu, coda_ranking, coda_sentiment, decomp_snli, dwin_classification
-from experiments.plots import grid_plots, plot_curves, plot_gates, plot_paper, write_plots
-from experiments.report import (
+from experiments.harness.plots import grid_plots, plot_curves, plot_gates, plot_paper, write_plots
+from experiments.harness.report import (
     curve_metric,
     format_curves,
     learning_curves,
@@ -215,8 +215,8 @@ def test_coda_gate_figure_beside_the_validation_curve(tmp_path, monkeypatch):
     assert "gates" in grid_plots(experiment, grid, "curve").figures
     # no diagnostics, no gate figure
     assert plot_gates(experiment, coda_mlu.EXPERIMENT.grid("table6"), "curve") is None
-    # experiments/curves.py draws with the same functions and adds the gate figure
-    from experiments import curves
+    # experiments/harness/curves.py draws with the same functions and adds the gate figure
+    from experiments.harness import curves
 
     curves.main(["coda_mlu", "study", "--config", "curve", "--out", str(tmp_path / "c")])
     assert (tmp_path / "c.png").stat().st_size > 0 and (tmp_path / "c-gates.png").exists()
@@ -237,7 +237,7 @@ def test_grid_summary_run_logs_the_figures_as_images(sentiment_runs, tmp_path, m
     env.update(WANDB_MODE="offline", HOME=str(tmp_path), OMP_NUM_THREADS="1",
                WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"))
     code = ("from experiments.coda_sentiment import EXPERIMENT as e; "
-            "from experiments.loggers import log_grid_summary; "
+            "from experiments.harness.loggers import log_grid_summary; "
             "log_grid_summary(e, e.grid('table5'), 'smoke')")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
@@ -254,10 +254,10 @@ def test_grid_summary_run_logs_the_figures_as_images(sentiment_runs, tmp_path, m
 
 
 def test_gate_table_first_and_last_step_mean_over_seeds(tmp_path, monkeypatch):
-    """experiments.curves' gate table (format_gates): per cell and decoder layer the four
+    """experiments.harness.curves' gate table (format_gates): per cell and decoder layer the four
     cross-attention figures at the first and the last logged step, the mean over the seeds
     that logged that step, '-' for a figure no seed logged; no table without diagnostics."""
-    from experiments.curves import format_gates
+    from experiments.harness.curves import format_gates
 
     monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path / "runs"))
     group = tmp_path / "runs" / "coda_mlu" / "study-curve"

@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 
-#: curves files written by experiments.curves from committed runs: (name, runs folder, grid,
+#: curves files written by experiments.harness.curves from committed runs: (name, runs folder, grid,
 #: config)
 CURVES = [("coda_mlu_study", "coda_mlu_study_runs", "study", "study"),
           ("coda_mlu_table6_100k_curves", "coda_mlu_table6_runs", "table6_chosen", "table6_100k")]

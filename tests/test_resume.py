@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from datamodules.common import BucketBatchSampler, bucketed_loader
-from experiments.launch import latest_checkpoint
-from experiments.loggers import AtomicMetricsWriter, metrics_before
+from experiments.harness.launch import latest_checkpoint
+from experiments.harness.loggers import AtomicMetricsWriter, metrics_before
 from lit_models.base import random_states, set_random_states
 from tests.conftest import last_values, run
 

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from experiments import coda_mlu
-from experiments.grid_model import RunFolderBusy, claim_run, lock_holder, run_lock
+from experiments.harness.grid_model import RunFolderBusy, claim_run, lock_holder, run_lock
+from experiments.harness.runner import main as run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "coda_mlu.py"
@@ -98,8 +99,9 @@ def test_the_run_a_grid_launched_writes_the_folder_its_grid_holds(tmp_path):
     """The grid (or ``cell``) holds the run's lock while its child ``fit`` writes the folder:
     the child's claim is its parent's lock, any other process's is refused."""
     held = run_lock(tmp_path, "r")
-    code = ("import sys; from pathlib import Path; from experiments.grid_model import claim_run,"
-            " RunFolderBusy\ntry: print(claim_run(Path(sys.argv[1]), 'r', 'x'))\n"
+    code = ("import sys; from pathlib import Path; "
+            "from experiments.harness.grid_model import claim_run, RunFolderBusy\n"
+            "try: print(claim_run(Path(sys.argv[1]), 'r', 'x'))\n"
             "except RunFolderBusy as e: print(e)")
     try:
         child = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT,
@@ -125,7 +127,7 @@ def test_cell_leaves_a_run_another_process_is_running_alone(tmp_path, monkeypatc
     held = run_lock(folder, "transformer-seed0")
     try:
         with pytest.raises(SystemExit) as stopped:
-            coda_mlu.EXPERIMENT.main(["cell", "table6", "--smoke", "--cell", "transformer",
+            run_script(coda_mlu.EXPERIMENT, ["cell", "table6", "--smoke", "--cell", "transformer",
                                       "--seed", "0"])
     finally:
         held.close()
@@ -207,7 +209,7 @@ def write_sweeps(barrier, out: Path, times: int) -> None:
     import contextlib
     import io
 
-    from experiments.launch import write_sweep
+    from experiments.harness.launch import write_sweep
 
     barrier.wait()
     with contextlib.redirect_stdout(io.StringIO()):
@@ -291,7 +293,7 @@ def test_two_processes_compile_a_kernel_into_a_cold_inductor_cache_at_once(tmp_p
 def offline_run(barrier, folder: Path, value: float) -> str:
     import wandb
 
-    from experiments.loggers import wandb_settings
+    from experiments.harness.loggers import wandb_settings
 
     barrier.wait()
     run = wandb.init(project="attnrepro", mode="offline", dir=str(folder),

@@ -1,4 +1,4 @@
-"""experiments/significance.py on closed-form cases: identical systems, a proposal better on
+"""experiments/harness/significance.py on closed-form cases: identical systems, a proposal better on
 every unit, the normal-approximation width of the bootstrap interval, an exactly enumerated
 randomization p-value, the seed level (a gain on one seed and a loss on the other; copies of
 one run), BLEU from summed statistics against sacreBLEU itself (hand-written sentences and
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU
 
-from experiments import significance as sig
-from experiments.significance import (
+from experiments.harness import significance as sig
+from experiments.harness.significance import (
     HOLDS,
     KINDS,
     NOT_SIGNIFICANT,

@@ -2,7 +2,7 @@
 ``<name>.py --help``, ``grid``, ``cell``, ``sweep``, ``report`` and the argument errors the
 runner finds before LightningCLI import neither torch nor Lightning.  The help then reads
 the model's attention arguments and the mechanism names from the source
-(experiments/sources.py); here they are checked against the imported classes and
+(experiments/harness/sources.py); here they are checked against the imported classes and
 ``attention.registry.REGISTRY`` for every experiment script, so the two cannot drift.
 
 Which modules a fresh interpreter imported is checked, never how long it took."""
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from attention.registry import REGISTRY
-from experiments import sources
-from experiments.preflight import mechanism_params
-from experiments.runner import overview
+from experiments.harness import sources
+from experiments.harness.preflight import mechanism_params
+from experiments.harness.runner import overview
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p.stem for p in (ROOT / "experiments").glob("*.py")
@@ -103,7 +103,7 @@ def test_the_model_read_from_the_source_is_the_imported_one(script):
 
 
 def test_classes_given_as_classes_or_paths():
-    from experiments.grid_model import Experiment
+    from experiments.harness.grid_model import Experiment
     from lit_models.transformer import TransformerSeq2Seq
 
     by_path = Experiment("x", "lit_models.transformer.TransformerSeq2Seq", object, {})
@@ -118,12 +118,13 @@ def test_classes_given_as_classes_or_paths():
 #: after each the exit (0, 2, or 1 for a message) and the heavy modules imported by then
 RUN_CASES = """
 import importlib, json, os, sys
+from experiments.harness.runner import main as run_script
 cases = json.loads(open(sys.argv[1]).read())
 done = []
 for script, argv, runs in cases:
     os.environ["ATTNREPRO_RUNS"] = runs
     try:
-        importlib.import_module("experiments." + script).EXPERIMENT.main(argv)
+        run_script(importlib.import_module("experiments." + script).EXPERIMENT, argv)
         code = 0
     except SystemExit as stop:
         code = stop.code if stop.code is None or isinstance(stop.code, int) else 1

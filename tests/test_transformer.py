@@ -272,7 +272,7 @@ def test_presets_have_the_published_sizes(preset, norm):
     vocabulary) and big 209.9M (Vaswani et al. 213M with 37,000)."""
     import yaml
 
-    from experiments.grid_model import PROJECT_ROOT
+    from experiments.harness.grid_model import PROJECT_ROOT
 
     sizes = yaml.safe_load((PROJECT_ROOT / "experiments" / "configs" / "presets"
                             / f"{preset}.yaml").read_text())["model"]

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from experiments.harness.runner import main as run_script
+
 ROOT = Path(__file__).resolve().parents[1]
 #: every experiment script: the modules of experiments/ that declare an Experiment
 SCRIPTS = sorted(p.stem for p in (ROOT / "experiments").glob("*.py")
@@ -57,7 +59,7 @@ def test_the_scripts_are_found():
 ])
 def test_a_count_is_checked_when_parsed(runs, capsys, args, message):
     with pytest.raises(SystemExit) as done:
-        experiment("decomp_snli").main(args)
+        run_script(experiment("decomp_snli"), args)
     assert done.value.code == 2
     command = args[0]
     assert capsys.readouterr().err.splitlines() == [
@@ -67,7 +69,7 @@ def test_a_count_is_checked_when_parsed(runs, capsys, args, message):
 
 def test_grid_help_lists_cells_and_defaults(capsys):
     with pytest.raises(SystemExit):
-        experiment("decomp_snli").main(["grid", "--help"])
+        run_script(experiment("decomp_snli"), ["grid", "--help"])
     out = capsys.readouterr().out
     assert "            cells: vanilla, intra, exact, latent" in out.splitlines()
     assert "seeds 0..N-1 per cell (default: 1)" in out
@@ -90,7 +92,7 @@ def test_a_misspelt_key_is_named_the_same_way_in_every_script(runs, tmp_path, ca
     }
     for extra, message in cases.items():
         with pytest.raises(SystemExit) as done:
-            exp.main(["fit", *smoke_args(script), *extra])
+            run_script(exp, ["fit", *smoke_args(script), *extra])
         assert done.value.code == 2
         assert capsys.readouterr().err.splitlines()[-2:] == [
             f"{script}.py fit: error: {message}; model.dropoutt: did you mean --model.dropout?",
@@ -101,7 +103,7 @@ def test_a_misspelt_key_is_named_the_same_way_in_every_script(runs, tmp_path, ca
 def test_fit_without_a_config_names_the_configs(runs, script):
     exp = experiment(script)
     with pytest.raises(SystemExit) as done:
-        exp.main(["fit", "--trainer.max_steps", "2"])
+        run_script(exp, ["fit", "--trainer.max_steps", "2"])
     message = done.value.code
     assert isinstance(message, str) and "\n" not in message
     assert message.startswith(f"{script}.py fit needs a")
@@ -141,8 +143,8 @@ def test_paper_config_data_paths_are_under_the_data_root(tmp_path, monkeypatch, 
 
     import yaml
 
-    from experiments.cli import run_cli
-    from experiments.launch import cell_command
+    from experiments.harness.cli import run_cli
+    from experiments.harness.launch import cell_command
 
     root = tmp_path / "data"
     monkeypatch.setenv("ATTNREPRO_DATA", str(root))
@@ -193,7 +195,7 @@ def test_progress_lines_every_n_steps_and_at_each_validation():
     import lightning as L
     import torch
 
-    from experiments.progress import ProgressLines, duration, shows_bar
+    from experiments.harness.progress import ProgressLines, duration, shows_bar
 
     class Tiny(L.LightningModule):
         def __init__(self):
@@ -245,13 +247,13 @@ def test_report_refuses_to_average_runs_with_different_settings(runs, capsys):
         (run_dir / "config.yaml").write_text(
             f"seed_everything: {seed}\ntrainer:\n  max_steps: 200\n"
             f"run:\n  name: intra-seed{seed}\n  group: table1-smoke\n")
-    experiment("decomp_snli").main(["report", "table1", "--smoke"])
+    run_script(experiment("decomp_snli"), ["report", "table1", "--smoke"])
     assert "| intra | 62.06 | 60.00 ± 14.14 (n=2) |" in capsys.readouterr().out
     (folder / "intra-seed1" / "config.yaml").write_text(
         "seed_everything: 1\ntrainer:\n  max_steps: 4\nrun:\n  name: intra-seed1\n"
         "  group: table1-smoke\n")
     with pytest.raises(SystemExit) as done:
-        experiment("decomp_snli").main(["report", "table1", "--smoke"])
+        run_script(experiment("decomp_snli"), ["report", "table1", "--smoke"])
     assert done.value.code == (
         f"decomp_snli.py report table1: the runs of cell intra in {folder} differ in "
         "trainer.max_steps: intra-seed0 200, intra-seed1 4: not averaged; rerun the odd one "
@@ -295,12 +297,12 @@ def test_a_finished_run_is_replaced_only_with_force(runs, capsys):
     4 silently replaced the grid's run), naming it and how to keep or replace it."""
     run_dir = finished_run(runs)
     with pytest.raises(SystemExit) as done:
-        experiment("decomp_snli").main(["cell", "table1", "--smoke", "--cell", "intra", "--",
+        run_script(experiment("decomp_snli"), ["cell", "table1", "--smoke", "--cell", "intra", "--",
                                         "--trainer.max_steps", "4"])
     assert done.value.code == (f"decomp_snli.py cell: intra seed 0 finished before ({run_dir}); "
                                "it is kept (report reads it): --force replaces it")
     with pytest.raises(SystemExit) as done:
-        experiment("decomp_snli").main(["grid", "table1", "--smoke", "--cells", "intra",
+        run_script(experiment("decomp_snli"), ["grid", "table1", "--smoke", "--cells", "intra",
                                         "vanilla"])
     assert done.value.code == (
         f"decomp_snli.py grid: 1 run(s) in {run_dir.parent} finished before: intra seed 0; "
@@ -313,8 +315,8 @@ def test_sweep_takes_threads_and_overrides_like_grid(runs, tmp_path, capsys):
     import yaml
 
     out = tmp_path / "sweep.yaml"
-    experiment("decomp_snli").main(["sweep", "table1", "--smoke", "--threads", "2", "--output",
-                                    str(out), "--", "--trainer.max_steps", "4"])
+    run_script(experiment("decomp_snli"), ["sweep", "table1", "--smoke", "--threads", "2",
+                                           "--output", str(out), "--", "--trainer.max_steps", "4"])
     command = yaml.safe_load(out.read_text())["command"]
     assert command == ["${env}", "${interpreter}", "${program}", "cell", "table1", "--config",
                        "smoke", "${args}", "--threads", "2", "--", "--trainer.max_steps", "4"]
@@ -324,7 +326,7 @@ def test_fit_help_is_grouped_with_a_short_usage(runs, capsys):
     """No usage of every option (about 80 lines) and no function reprs: the links read
     'prepared vocab_size(data) --> model.src_vocab_size'; --print_config is named."""
     with pytest.raises(SystemExit) as done:
-        experiment("coda_mlu").main(["fit", "--help"])
+        run_script(experiment("coda_mlu"), ["fit", "--help"])
     assert done.value.code in (0, None)
     out = capsys.readouterr().out
     lines = out.splitlines()

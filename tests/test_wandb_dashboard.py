@@ -21,14 +21,14 @@ from types import SimpleNamespace
 import pytest
 
 from experiments import decomp_snli
-from experiments.grid_model import Cell, Experiment, Grid
-from experiments.loggers import (
+from experiments.harness.grid_model import Cell, Experiment, Grid
+from experiments.harness.loggers import (
     log_grid_summary,
     metric_summary,
     prediction_files,
     read_predictions,
 )
-from experiments.report import claim_results, claims_table, cost_values, summary_table
+from experiments.harness.report import claim_results, claims_table, cost_values, summary_table
 from tests.conftest import last_values, run, shared_path
 from tests.wandb_records import config, history, run_info, summary, table
 

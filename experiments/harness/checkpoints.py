@@ -54,7 +54,7 @@ def _atomic_checkpoint_io() -> type:
 
 
 def __getattr__(name: str):
-    # ``from experiments.checkpoints import AtomicCheckpointIO`` (PEP 562): made when asked
+    # ``from experiments.harness.checkpoints import AtomicCheckpointIO`` (PEP 562): made when asked
     if name == "AtomicCheckpointIO":
         return _atomic_checkpoint_io()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,8 @@
 """``report``: a grid's table from the CSV logs of its runs, the paper's numbers beside ours
 (mean +- std over seeds), the cost of each cell, the paired tests of the gains the paper
-claims (experiments/significance.py) and, with ``--curve``, the validation learning curves
+claims (experiments/harness/significance.py) and, with ``--curve``, the validation learning curves
 (the grid's ``curve``, else its first metric's validation counterpart); ``--plot`` also
-writes them as figures (experiments/plots.py).  It reads only the run folders, so it works
+writes them as figures (experiments/harness/plots.py).  It reads only the run folders, so it works
 without W&B.  A verdict drawn from one seed says so: its interval covers the test sample,
 not the seed.
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from experiments import significance as sig
-from experiments.command_line import add_config_arguments, chosen_config, command_parser
-from experiments.grid_model import (
+from experiments.harness import significance as sig
+from experiments.harness.command_line import add_config_arguments, chosen_config, command_parser
+from experiments.harness.grid_model import (
     PROJECT_ROOT,
     Cell,
     Experiment,
@@ -218,7 +218,7 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
               "steps only), peak memory (CPU: the process's peak resident set) and the wall "
               "time of training (validation included); a run's machine and load set them."]
     if grid.cost_file:  # the same cost measured with the models taking turns in one process
-        from experiments.interleaved_cost import format_cost_file
+        from experiments.harness.interleaved_cost import format_cost_file
 
         lines += ["", format_cost_file(grid)]
     if grid.claims:
@@ -245,7 +245,7 @@ CLAIMS_HEADER = ("| claim | metric | paper diff | ours: baseline -> proposal | o
 @dataclass(frozen=True)
 class ClaimResult:
     """One metric of one claim of a grid (baseline -> proposal): the paper's difference, the
-    paired comparison of experiments/significance.py over the runs (None when there is none,
+    paired comparison of experiments/harness/significance.py over the runs (None when there is none,
     ``why`` says why) and the verdict in the paper's direction."""
 
     baseline: str
@@ -315,7 +315,7 @@ def format_claims(experiment: Experiment, grid: Grid, config: str) -> str:
     """Does each gain the paper claims (its ``claims``: baseline -> proposal) hold here?
     For each test metric of the grid with per-example units: the paired comparison over the
     seeds both cells have (seed k with seed k) and the test examples (paired by id) of
-    experiments/significance.py, with the paper's difference beside ours
+    experiments/harness/significance.py, with the paper's difference beside ours
     (:func:`claim_results`)."""
     if not claim_labels(grid):
         return ("Claims: no paired test (this grid's metrics are not test metrics with "
@@ -368,7 +368,7 @@ def claims_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list,
 def _paired_units(root: Path, baseline: Cell, proposal: Cell, key: str):
     """(kind, baseline stats per seed, proposal stats per seed, units) over the seeds both
     cells ran, or why there is no comparison (a short text for the table)."""
-    from experiments.significance import run_units
+    from experiments.harness.significance import run_units
 
     seeds = {}
     for cell in (baseline, proposal):
@@ -631,7 +631,7 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
         if args.curve:
             parts.append(format_curves(experiment, g, config))
         if args.plot:
-            from experiments.plots import write_plots  # matplotlib: only when asked
+            from experiments.harness.plots import write_plots  # matplotlib: only when asked
 
             parts.append(write_plots(experiment, g, config, args.out))
     if committed is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from experiments.grid_model import PROJECT_ROOT, Grid
+from experiments.harness.grid_model import PROJECT_ROOT, Grid
 
 #: the keys every row of a cost file has
 KEYS = ("cell", "baseline", "parameters", "steps_per_s", "ratio_vs_softmax", "ratio_low",

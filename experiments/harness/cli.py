@@ -1,6 +1,6 @@
 """``fit``, ``validate`` and ``test``: LightningCLI with the suite's run options (``--run.*``),
-loggers (experiments/loggers.py), argument links that fetch the data first, and one-line
-errors (experiments/errors.py).  After ``fit``, ``--run.test_after_fit true`` tests the
+loggers (experiments/harness/loggers.py), argument links that fetch the data first, and one-line
+errors (experiments/harness/errors.py).  After ``fit``, ``--run.test_after_fit true`` tests the
 final weights, or with ``--run.average_last N`` the average of the last N checkpoints.
 """
 
@@ -19,9 +19,9 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from experiments.checkpoints import AtomicCheckpointIO, checkpoint_problem
-from experiments.command_line import CLI_COMMANDS, CommandLine
-from experiments.errors import (
+from experiments.harness.checkpoints import AtomicCheckpointIO, checkpoint_problem
+from experiments.harness.command_line import CLI_COMMANDS, CommandLine
+from experiments.harness.errors import (
     ConfigError,
     DataErrorInLink,
     closest_options,
@@ -32,10 +32,10 @@ from experiments.errors import (
     debug,
     unwrapped,
 )
-from experiments.grid_model import Experiment, RunFolderBusy, claim_run, runs_root
-from experiments.loggers import finish_wandb, log_predictions, make_loggers
-from experiments.preflight import missing_dataset_message
-from experiments.progress import ProgressLines, shows_bar
+from experiments.harness.grid_model import Experiment, RunFolderBusy, claim_run, runs_root
+from experiments.harness.loggers import finish_wandb, log_predictions, make_loggers
+from experiments.harness.preflight import missing_dataset_message
+from experiments.harness.progress import ProgressLines, shows_bar
 from lit_models.base import NonFiniteLossError
 
 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
@@ -225,7 +225,7 @@ class ExperimentCLI(LightningCLI):
             claim_run_folder(self.experiment, run)
             kwargs["logger"] = make_loggers(self.experiment, run, self.model,
                                             self.config[self.subcommand], self.subcommand)
-        # a progress bar on a terminal, else lines (experiments/progress.py) unless set
+        # a progress bar on a terminal, else lines (experiments/harness/progress.py) unless set
         bar = shows_bar(trainer_cfg.get("enable_progress_bar"))
         kwargs["enable_progress_bar"] = bar
         if run.progress_every is not None and run.progress_every < 0:
@@ -238,7 +238,7 @@ class ExperimentCLI(LightningCLI):
         plugins = trainer_cfg.get("plugins") or []
         plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
         if not any(isinstance(p, CheckpointIO) for p in plugins):
-            # checkpoints written whole or not at all (experiments/checkpoints.py)
+            # checkpoints written whole or not at all (experiments/harness/checkpoints.py)
             kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
         return super().instantiate_trainer(**kwargs)
 
@@ -272,7 +272,7 @@ class ExperimentCLI(LightningCLI):
 
 def claim_run_folder(experiment: Experiment, run) -> None:
     """Name the run (``run.name``, a time stamp by default) and lock its folder for this
-    process (experiments.grid_model.claim_run): two runs started in the same second get two
+    process (experiments.harness.grid_model.claim_run): two runs started in the same second get two
     folders, and a run folder another process writes is refused in one line.  The first
     process only (rank 0); the others of a DDP run write no run folder of their own."""
     from lightning.pytorch.utilities.rank_zero import rank_zero_only

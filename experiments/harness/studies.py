@@ -1,4 +1,4 @@
-"""What every figure study of experiments/figures.py shares: its step count and threads from
+"""What every figure study of experiments/harness/figures.py shares: its step count and threads from
 the environment, the folder it writes into (never a tracked file), a short CPU training run
 without logger or checkpoint, and measurements taken at given steps in eval mode."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from experiments.cli import silence_lightning_tips
-from experiments.grid_model import runs_root
+from experiments.harness.cli import silence_lightning_tips
+from experiments.harness.grid_model import runs_root
 
 
 def env_steps(variable: str, default: int) -> int:

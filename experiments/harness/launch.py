@@ -19,9 +19,9 @@ from typing import IO, NamedTuple
 
 import yaml
 
-from experiments.checkpoints import checkpoints_latest_first, resumable_checkpoint
-from experiments.command_line import chosen_config, grid_parser, split_extra
-from experiments.grid_model import (
+from experiments.harness.checkpoints import checkpoints_latest_first, resumable_checkpoint
+from experiments.harness.command_line import chosen_config, grid_parser, split_extra
+from experiments.harness.grid_model import (
     PROJECT_ROOT,
     Cell,
     Experiment,
@@ -32,7 +32,7 @@ from experiments.grid_model import (
     run_name,
     runs_root,
 )
-from experiments.report import read_run_metrics
+from experiments.harness.report import read_run_metrics
 from fileio import checkpoint_step, write_atomic
 
 
@@ -151,7 +151,7 @@ def set_aside_or_remove(run_dir: Path, label: str, resume: bool) -> None:
 def latest_checkpoint(run_dir: Path, say=None) -> Path | None:
     """The checkpoint a stopped run resumes from: ``last.ckpt``, else the one of the highest
     ``step=N`` in its name, skipping a file that is not a whole checkpoint (one line each to
-    ``say``: experiments.checkpoints.resumable_checkpoint); None without one."""
+    ``say``: experiments.harness.checkpoints.resumable_checkpoint); None without one."""
     return resumable_checkpoint(run_dir, say)
 
 
@@ -222,7 +222,7 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
         for launched in running:
             launched.lock.close()
     print(f"grid finished in {time.time() - start:.0f}s", flush=True)
-    from experiments.loggers import log_grid_summary  # Lightning's loggers: not before here
+    from experiments.harness.loggers import log_grid_summary  # Lightning's loggers: not before here
 
     log_grid_summary(experiment, grid, config)
     problems = [f"{len(failed)} run(s) failed: " + ", ".join(map(str, failed))] if failed else []

@@ -6,7 +6,7 @@ for every experiment script:
 
 * :func:`mechanism_names`: the names of ``attention.registry.REGISTRY`` in its order: the
   mechanism modules attention/__init__.py registers, each flag class named by its module;
-* :func:`mechanism_params`: ``experiments.preflight.mechanism_params`` of the class a path
+* :func:`mechanism_params`: ``experiments.harness.preflight.mechanism_params`` of the class a path
   names (its attention arguments, typed ``Mechanism``, in its own ``__init__`` and its bases');
 * :func:`class_attribute`: a class attribute holding a literal (``predictions_file``), as
   ``getattr`` finds it along the class's bases.
@@ -21,7 +21,7 @@ import ast
 from functools import cache
 from pathlib import Path
 
-from experiments.grid_model import PROJECT_ROOT
+from experiments.harness.grid_model import PROJECT_ROOT
 
 #: a class of the project: (module, name)
 ClassKey = tuple[str, str]
@@ -190,7 +190,7 @@ def _init_of(key: ClassKey) -> ast.FunctionDef | None:
 def mechanism_params(path: str) -> dict[str, str | None]:
     """The attention arguments of the class ``path`` names (``module.Class``), read from the
     source: name -> the name of its default mechanism (None: none), as
-    :func:`experiments.preflight.mechanism_params` gives them for the class imported."""
+    :func:`experiments.harness.preflight.mechanism_params` gives them for the class imported."""
     names = mechanism_names()
     out: dict[str, str | None] = {}
     for key in reversed(_mro(_class_key(path))):

@@ -19,7 +19,7 @@ sweep agent calls); ``sweep`` writes the W&B sweep YAML for the grid (into
 ``runs/<experiment>/sweeps/``, never among the configs); ``report`` prints the
 paper's table with the paper's numbers beside ours (mean +- std over seeds), read from the
 CSV logs, so it works without W&B; ``--curve`` adds the validation learning curves and
-``--plot`` writes them, paper vs ours and the claims as PNGs (experiments/plots.py) into
+``--plot`` writes them, paper vs ours and the claims as PNGs (experiments/harness/plots.py) into
 ``runs/<experiment>/<grid>-<config>/plots/`` or ``--out DIR``.  ``python -m
 experiments.claims`` gathers every grid's claims into results/CLAIMS.md.
 
@@ -36,7 +36,7 @@ W&B (online with an API key, else offline): every run is in the group
 (grid and cell None outside a grid; the data seed a DataModule records is ``data_seed``), job
 type ``train`` (fit, and its test after fit) or ``eval`` (validate, test).  A run's summary
 keeps the best of each validation metric (``val/acc`` max, ``val/loss`` min, ...:
-experiments.loggers.metric_summary) and the last of each test metric; a test that writes
+experiments.harness.loggers.metric_summary) and the last of each test metric; a test that writes
 per-example predictions (``predictions-test*.jsonl``, ``hypotheses-test.jsonl``) logs them as
 the table ``test/predictions[_<split>]``.  After its cells, ``grid`` logs one more run to the
 group, job type ``summary``: the paper's table (``paper_table``: per cell the paper's number,
@@ -48,22 +48,22 @@ from __future__ import annotations
 
 import sys
 
-from experiments.command_line import (
+from experiments.harness.command_line import (
     CLI_COMMANDS,
     COMMANDS,
     RUNNER_COMMANDS,
     CommandLine,
     listing,
 )
-from experiments.grid_model import Experiment, runs_root, shown_path
-from experiments.launch import run_grid, run_one_cell, write_sweep
-from experiments.preflight import (
+from experiments.harness.grid_model import Experiment, runs_root, shown_path
+from experiments.harness.launch import run_grid, run_one_cell, write_sweep
+from experiments.harness.preflight import (
     attention_flags,
     check_attention_args,
     check_config_given,
     check_dataset_args,
 )
-from experiments.report import print_report
+from experiments.harness.report import print_report
 
 
 def main(experiment: Experiment, argv: list[str] | None = None) -> None:
@@ -89,7 +89,7 @@ def main(experiment: Experiment, argv: list[str] | None = None) -> None:
         check_dataset_args(experiment, command, line)
         check_config_given(experiment, command, line)
         check_attention_args(experiment, command, line)
-    from experiments.cli import run_cli  # Lightning's CLI: only for fit, validate, test
+    from experiments.harness.cli import run_cli  # Lightning's CLI: only for fit, validate, test
 
     run_cli(experiment, argv, line)  # argv None: LightningCLI reads sys.argv itself
 
@@ -126,7 +126,7 @@ def predict_message(experiment: Experiment) -> str:
     metrics = f"{shown_path(runs_root() / experiment.name)}/<group>/<name>/metrics.csv"
     path = experiment.unimported("model_class")
     if path is not None:  # read from the source: no torch for a refusal
-        from experiments.sources import class_attribute
+        from experiments.harness.sources import class_attribute
 
         written = class_attribute(path, "predictions_file")
     else:

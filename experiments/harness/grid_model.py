@@ -3,8 +3,8 @@
 An :class:`Experiment` names its LightningModule and DataModule, the links between them and
 its grids; a :class:`Grid` is a paper table, a list of :class:`Cell` (a row: the CLI
 overrides that make it, and the paper's numbers).  Every module of experiments/ may import
-this one; it imports none of them (``Experiment.main`` hands the command line to
-experiments/runner.py, the entry point, when it is called).
+this one; it imports none of them: a script hands its ``EXPERIMENT`` to the entry point,
+experiments/harness/runner.py's ``main``.
 
 An experiment script names its classes by path (``"lit_models.transformer.TransformerSeq2Seq"``),
 imported when first read (:class:`ImportedClass`): the script imports no torch, so its
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 #: how a cell merges a dataset's config of the grid config (:func:`dataset_config`)
 DATASET_ARG = re.compile(r"--config=\{config\}/(\w+)\.yaml")
 
@@ -86,12 +86,12 @@ class Grid:
     #: the validation metric whose learning curve ``report --curve`` tabulates per step
     curve: str | None = None
     #: the comparisons the paper claims, (baseline cell, proposal cell): ``report`` tests
-    #: each on the per-example test predictions of the runs (experiments/significance.py)
+    #: each on the per-example test predictions of the runs (experiments/harness/significance.py)
     claims: list[tuple[str, str]] = field(default_factory=list)
     #: the cells' training cost measured with the models taking turns in one process, a JSONL
     #: that ``python -m benchmarks.model_cost --out`` writes (path relative to the project
     #: root): ``report`` prints it after the table, ``report --plot`` draws each claim's
-    #: difference against it (experiments/interleaved_cost.py)
+    #: difference against it (experiments/harness/interleaved_cost.py)
     cost_file: str | None = None
 
     def __post_init__(self):
@@ -238,13 +238,6 @@ class Experiment:
         if name not in self.grids:
             raise SystemExit(f"{self.name} has no grid {name!r}; grids: {', '.join(self.grids)}")
         return self.grids[name]
-
-    def main(self, argv: list[str] | None = None) -> None:
-        """Run the command of ``argv`` (default: the process's command line) on this
-        experiment: experiments/runner.py, the scripts' entry point."""
-        from experiments.runner import main
-
-        main(self, argv)
 
 
 #: a grid run's folder is ``<cell><SEED><k>`` (``coda-seed0``)

@@ -11,8 +11,8 @@ import ast
 import os
 import re
 
-from experiments.command_line import CommandLine
-from experiments.grid_model import Experiment, shown_path
+from experiments.harness.command_line import CommandLine
+from experiments.harness.grid_model import Experiment, shown_path
 
 
 def compact_error(message: str, experiment: Experiment, line: CommandLine) -> str:
@@ -188,8 +188,8 @@ def data_error_in(err: BaseException) -> BaseException | None:
     """The data error (:func:`data_errors`) that ``err`` was raised from, however deep in its
     chain of causes, or None: jsonargparse raises errors of its own from what a constructor
     or a link raised ("Does not validate against any of the Union subtypes ...", "Call to
-    compute_fn of link ... failed: ..."); experiments.cli.prepared_attribute carries its data errors
-    past it, any other file read while the classes are built is found here."""
+    compute_fn of link ... failed: ..."); experiments.harness.cli.prepared_attribute carries
+    its data errors past it, any other file read while the classes are built is found here."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, data_errors()):
@@ -215,9 +215,10 @@ def unwrapped(err: BaseException) -> BaseException:
 
 class DataErrorInLink(BaseException):
     """A data error (:func:`data_errors`) raised while an argument link read the DataModule,
-    carried to experiments.cli.run_cli past jsonargparse, which catches every Exception of a link
-    and, to word its own message, calls ``str(datamodule)``: LightningDataModule's calls
-    every dataloader, so the files would be read three times more before the error."""
+    carried to experiments.harness.cli.run_cli past jsonargparse, which catches every
+    Exception of a link and, to word its own message, calls ``str(datamodule)``:
+    LightningDataModule's calls every dataloader, so the files would be read three times
+    more before the error."""
 
     def __init__(self, error: BaseException):
         super().__init__(error)

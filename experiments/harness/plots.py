@@ -1,9 +1,9 @@
 """A grid's runs drawn: what ``report --plot`` writes beside the markdown it prints (and
-experiments/curves.py and the grid's W&B summary run use), read through the report's own
-functions (experiments/report.py), never a second reader:
+experiments/harness/curves.py and the grid's W&B summary run use), read through the report's own
+functions (experiments/harness/report.py), never a second reader:
 
 * ``curves``: the validation curves of every cell, one panel per validation metric
-  (:func:`~experiments.report.validation_metrics`), the mean over seeds and a band of
+  (:func:`~experiments.harness.report.validation_metrics`), the mean over seeds and a band of
   +- one standard deviation where there are two or more;
 * ``gates`` (only when the runs logged the CoDA gate diagnostics, lit_models/diagnostics.py):
   per cell its validation curve beside the cross-attention gate
@@ -11,10 +11,10 @@ functions (experiments/report.py), never a second reader:
 * ``paper``: per metric and cell the paper's number and ours, the mean with its spread
   over seeds (+- one standard deviation) and each seed;
 * ``claims``: per claim the paired difference proposal - baseline with its 95% interval
-  (:func:`~experiments.report.claim_results`) against the paper's difference;
+  (:func:`~experiments.harness.report.claim_results`) against the paper's difference;
 * ``tradeoff`` (only for a grid with a ``cost_file``): per claim the paired difference
   against the proposal's step time relative to the baseline's, measured with the models
-  taking turns (experiments/interleaved_cost.py), both with their 95% intervals, one panel
+  taking turns (experiments/harness/interleaved_cost.py), both with their 95% intervals, one panel
   per grid of the experiment that has a cost file (per dataset).
 
 Files: ``<experiment>-<grid>-<config>-<figure>.png`` in the grid's run folder's ``plots/``
@@ -31,9 +31,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from experiments.grid_model import Experiment, Grid, cell_runs, shown_path
-from experiments.interleaved_cost import read_cost_file
-from experiments.report import (
+from experiments.harness.grid_model import Experiment, Grid, cell_runs, shown_path
+from experiments.harness.interleaved_cost import read_cost_file
+from experiments.harness.report import (
     ClaimResult,
     claim_labels,
     claim_results,
@@ -87,7 +87,7 @@ def draw_curve(ax, steps: dict[int, list[float]], label: str) -> None:
 def plot_curves(experiment: Experiment, grid: Grid, config: str, root: Path | None = None,
                 metrics: dict[str, str] | None = None) -> tuple[Figure, list[str]]:
     """The validation curves of every cell, one panel per metric (default:
-    :func:`~experiments.report.validation_metrics`); and the cells with no value logged."""
+    :func:`~experiments.harness.report.validation_metrics`); and the cells with no value logged."""
     root = experiment.grid_folder(grid, config) if root is None else root
     metrics = validation_metrics(grid) if metrics is None else metrics
     fig = new_figure((6.0 * len(metrics), 4.0))

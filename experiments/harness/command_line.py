@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import yaml
 
-from experiments.grid_model import Experiment, shown_path
+from experiments.harness.grid_model import Experiment, shown_path
 
 CLI_COMMANDS = {
     "fit": "train one model (LightningCLI: every model and data argument is a flag)",

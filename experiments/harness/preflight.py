@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from experiments.command_line import CONFIG_FLAGS, CommandLine
-from experiments.grid_model import Experiment, shown_path
+from experiments.harness.command_line import CONFIG_FLAGS, CommandLine
+from experiments.harness.grid_model import Experiment, shown_path
 
 
 def check_dataset_args(experiment: Experiment, command: str,
@@ -92,11 +92,11 @@ def attention_flags(experiment: Experiment) -> tuple[dict[str, str | None], list
     """The model's attention arguments (:func:`mechanism_params`) and the names of the
     registered mechanisms, as ``<name>.py --help`` lists them.  While the model class is
     named by its path and not imported, both are read from the source files
-    (experiments/sources.py), so the help imports no torch; once imported, from the class and
-    ``attention.registry.REGISTRY`` (tests/test_startup.py: the two agree)."""
+    (experiments/harness/sources.py), so the help imports no torch; once imported, from the
+    class and ``attention.registry.REGISTRY`` (tests/test_startup.py: the two agree)."""
     path = experiment.unimported("model_class")
     if path is not None:
-        from experiments import sources
+        from experiments.harness import sources
 
         params = sources.mechanism_params(path)
         return params, sources.mechanism_names() if params else []

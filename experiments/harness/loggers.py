@@ -22,8 +22,8 @@ from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-from experiments.grid_model import Experiment, Grid, cell_runs, group_name, runs_root
-from experiments.report import claims_table, summary_table
+from experiments.harness.grid_model import Experiment, Grid, cell_runs, group_name, runs_root
+from experiments.harness.report import claims_table, summary_table
 from fileio import write_atomic
 
 
@@ -402,13 +402,13 @@ def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
 
 
 def log_grid_plots(run, experiment: Experiment, grid: Grid, config: str) -> None:
-    """The figures ``report --plot`` writes (experiments/plots.py) as the images
+    """The figures ``report --plot`` writes (experiments/harness/plots.py) as the images
     ``plots/<figure>`` of a W&B run; failing to draw them is one printed line, the table is
     logged."""
     try:
         import wandb
 
-        from experiments.plots import FIGURES, grid_plots
+        from experiments.harness.plots import FIGURES, grid_plots
         from lit_models.plots import figure_image
 
         plots = grid_plots(experiment, grid, config)
