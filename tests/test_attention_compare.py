@@ -19,7 +19,8 @@ from attention import CONTEXTS, Mechanism, UnsupportedContext
 from attention.registry import supporting
 from experiments import attention_compare, coda_mlu
 from experiments.harness.grid_model import Experiment
-from experiments.harness.interleaved_cost import format_cost_file, read_cost_file
+from experiments.harness.interleaved_cost import read_cost_file
+from experiments.harness.report import format_cost_file
 from experiments.harness.sources import mechanisms_supporting
 from lit_models.compare_rows import mechanism_rows
 from lit_models.transformer import TransformerClassifier

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from experiments.harness import claims
-from experiments.harness.report import CLAIMS_HEADER
+from experiments.harness.markdown import CLAIMS_HEADER
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from experiments import coda_mlu, coda_mt
-from experiments.harness.report import learning_curves
+from experiments.harness.runs import learning_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY_RUNS = ROOT / "results" / "coda_mlu_study_runs" / "coda_mlu" / "study-study"

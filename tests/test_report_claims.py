@@ -236,7 +236,8 @@ coda_mlu grid table6, config demo
 
 
 def test_compare_printouts_ignores_load_and_names_each_difference():
-    from experiments.harness.report import compare_printouts, table_cells
+    from experiments.harness.markdown import table_cells
+    from experiments.harness.report import compare_printouts
 
     cells = table_cells(PRINTOUT)
     assert len(cells) == 2 * 3 + 2 * 2  # steps/s, peak MB and wall min left out

@@ -17,13 +17,8 @@ import pytest
 
 from experiments import coda_mlu, coda_ranking, coda_sentiment, decomp_snli, dwin_classification
 from experiments.harness.plots import grid_plots, plot_curves, plot_gates, plot_paper, write_plots
-from experiments.harness.report import (
-    curve_metric,
-    format_curves,
-    learning_curves,
-    print_report,
-    validation_metrics,
-)
+from experiments.harness.report import format_curves, print_report
+from experiments.harness.runs import curve_metric, learning_curves, validation_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -237,7 +232,7 @@ def test_grid_summary_run_logs_the_figures_as_images(sentiment_runs, tmp_path, m
     env.update(WANDB_MODE="offline", HOME=str(tmp_path), OMP_NUM_THREADS="1",
                WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"))
     code = ("from experiments.coda_sentiment import EXPERIMENT as e; "
-            "from experiments.harness.loggers import log_grid_summary; "
+            "from experiments.harness.wandb_summary import log_grid_summary; "
             "log_grid_summary(e, e.grid('table5'), 'smoke')")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)

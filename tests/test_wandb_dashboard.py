@@ -22,13 +22,10 @@ import pytest
 
 from experiments import decomp_snli
 from experiments.harness.grid_model import Cell, Experiment, Grid
-from experiments.harness.loggers import (
-    log_grid_summary,
-    metric_summary,
-    prediction_files,
-    read_predictions,
-)
-from experiments.harness.report import claim_results, claims_table, cost_values, summary_table
+from experiments.harness.loggers import metric_summary, read_predictions
+from experiments.harness.runs import cost_values, read_run
+from experiments.harness.verdicts import claim_results
+from experiments.harness.wandb_summary import claims_table, log_grid_summary, summary_table
 from tests.conftest import last_values, run, shared_path
 from tests.wandb_records import config, history, run_info, summary, table
 
@@ -150,7 +147,7 @@ def test_the_grid_logs_the_papers_table_in_its_group(runs, monkeypatch):
     costs = cost_values(experiment, grid, "smoke")
     for cell in CELLS:
         assert [rows[cell][c] for c in COSTS] == [
-            None if v == "-" else pytest.approx(float(v)) for v in costs[cell].values()]
+            None if v is None else pytest.approx(v) for v in costs[cell].values()]
     assert rows["vanilla"]["steps/s"] > 0
     claims = table(path, "claims_table")  # report's claims, as numbers
     assert claims["columns"] == ["claim", "metric", "paper diff", "ours baseline",
@@ -198,15 +195,16 @@ def test_prediction_files_keys_and_row_cap(tmp_path):
     (tmp_path / "predictions-test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "predictions-test_mismatched.jsonl").write_text('{"id": 0}\n')
     (tmp_path / "hypotheses-dev.jsonl").write_text('{"id": 0}\n')  # not a test's
-    found = prediction_files(tmp_path)
+    found = read_run(tmp_path).predictions()
     assert {k: p.name for k, p in found.items()} == {
         "test/predictions": "predictions-test.jsonl",
         "test/predictions_mismatched": "predictions-test_mismatched.jsonl"}
-    assert prediction_files(tmp_path, since=found["test/predictions"].stat().st_mtime + 60) == {}
+    later = found["test/predictions"].stat().st_mtime + 60
+    assert read_run(tmp_path).predictions(since=later) == {}
     seq2seq = tmp_path / "seq2seq"
     seq2seq.mkdir()
     (seq2seq / "hypotheses-test.jsonl").write_text('{"id": 0, "hypothesis": "a"}\n')
-    assert list(prediction_files(seq2seq)) == ["test/predictions"]
+    assert list(read_run(seq2seq).predictions()) == ["test/predictions"]
     columns, data, total = read_predictions(found["test/predictions"], limit=10)
     assert columns == ["id", "gold", "extra"] and total == 6
     assert data[0] == [0, 0, None] and data[5] == [5, None, '{"a": 1}']

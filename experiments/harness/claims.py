@@ -36,6 +36,7 @@ import os
 import re
 import subprocess
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,16 +48,10 @@ from experiments.harness.grid_model import (
     Grid,
     shown_path,
 )
-from experiments.harness.report import (
-    CLAIMS_HEADER,
-    ONE_SEED,
-    ONE_SEED_NOTE,
-    claim_labels,
-    claim_results,
-    configs_with_runs,
-    table_row,
-)
+from experiments.harness.markdown import CLAIMS_HEADER, table_row
+from experiments.harness.runs import configs_with_runs
 from experiments.harness.significance import HOLDS, NOT_SIGNIFICANT, REVERSED
+from experiments.harness.verdicts import ONE_SEED, ONE_SEED_NOTE, claim_labels, claim_results
 from fileio import write_atomic
 
 RESULTS = PROJECT_ROOT / "results"
@@ -133,7 +128,7 @@ def run_folders(extra: Path | None = None) -> list[Path]:
 def recomputed(experiment: Experiment, grid: Grid, runs: list[Path]
                ) -> dict[tuple[str, str], list[Evidence | Untested]]:
     """(baseline, proposal) -> the claim's evidence from every runs folder and config with
-    runs of ``grid``, by report's own paired tests (:func:`claim_results`), or why there is
+    runs of ``grid``, by the paired tests ``report`` prints (:func:`claim_results`), or why there is
     none."""
     out: dict[tuple[str, str], list] = {}
     for folder in runs:
@@ -154,15 +149,35 @@ def recomputed(experiment: Experiment, grid: Grid, runs: list[Path]
     return out
 
 
+def report_spans(text: str) -> Iterator[tuple[re.Match, int]]:
+    """Each report ``report`` printed into a results file's ``text``: the match of its
+    ``<experiment> grid <grid>, config <config> (`` line and where the next one starts (or
+    the text ends); nothing for a text without such a line."""
+    marks = list(REPORT_LINE.finditer(text))
+    return zip(marks, [*(m.start() for m in marks[1:]), len(text)])
+
+
+def printed_tables(path: Path) -> dict[tuple[str, str, str], str]:
+    """(experiment, grid, config) -> the report ``report`` printed into a results file: from
+    its ``<experiment> grid <grid>, config <config> (`` line to the next such line, the next
+    heading or the end of the file."""
+    text = path.read_text()
+    out = {}
+    for mark, end in report_spans(text):
+        body = text[mark.start():end]
+        heading = re.search(r"^#", body, re.M)
+        out[mark.groups()] = body[:heading.start() if heading else len(body)].rstrip()
+    return out
+
+
 def printed_claims(path: Path
                    ) -> dict[tuple[str, str, str], dict[str, list[Measured | str]]]:
     """(experiment, grid, config) -> claim text ("proposal vs baseline") -> the rows of the
     claims tables ``report`` printed into the results file ``path``: their numbers, or the
     report's reason for none."""
     text = path.read_text()
-    marks = list(REPORT_LINE.finditer(text))
     out: dict = {}
-    for mark, end in zip(marks, [*(m.start() for m in marks[1:]), len(text)]):
+    for mark, end in report_spans(text):
         block = text[mark.end():end]
         if CLAIMS_HEADER not in block:
             continue

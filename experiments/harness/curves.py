@@ -1,5 +1,5 @@
 """Learning curves of a grid as committed data and a plot: the grid's validation metric
-(``Grid.curve``, else its first metric's validation counterpart: experiments.harness.report's
+(``Grid.curve``, else its first metric's validation counterpart: experiments.harness.runs'
 curve_metric) per step and cell, read from the CSV logs like ``report``.
 
     python -m experiments.curves coda_mlu curve --config curve --out results/coda_mlu_curve
@@ -23,13 +23,8 @@ from pathlib import Path
 
 from experiments.harness.grid_model import Experiment, Grid, cell_runs, shown_path
 from experiments.harness.plots import gate_runs, plot_curves, plot_gates, save_figure
-from experiments.harness.report import (
-    curve_metric,
-    format_curves,
-    format_report,
-    learning_curves,
-    metric_steps,
-)
+from experiments.harness.report import format_curves, format_report
+from experiments.harness.runs import curve_metric, learning_curves, metric_steps
 from fileio import write_atomic
 from lit_models.diagnostics import LABELS
 

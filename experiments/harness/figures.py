@@ -33,7 +33,6 @@ import csv
 import json
 import math
 import os
-import re
 from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,8 +50,15 @@ from datamodules.mlu import MLUDataModule
 from datamodules.nli import SNLIDataModule, collate_pairs, spacy_pair
 from datamodules.sst import SSTDataModule
 from datamodules.translation import collate_translation
-from experiments.harness.claims import BOARD, REPORT_LINE, RESULTS, experiment_scripts, run_folders
-from experiments.harness.report import configs_with_runs, format_report
+from experiments.harness.claims import (
+    BOARD,
+    RESULTS,
+    experiment_scripts,
+    printed_tables,
+    run_folders,
+)
+from experiments.harness.report import format_report
+from experiments.harness.runs import configs_with_runs
 from experiments.harness.studies import (  # noqa: F401 - the notebooks call them as figures.<name>
     RecordAt,
     env_steps,
@@ -726,6 +732,7 @@ def mlu_anatomy(steps: int, every: int, out: Path) -> tuple[tuple[list[str], lis
          out / "anatomy_gates_mlu.png")
     return (src, tgt), summary
 
+
 # -- the committed results: report's tables and report --plot's figures --------------------------
 @contextmanager
 def runs_folder(path: Path):
@@ -740,20 +747,6 @@ def runs_folder(path: Path):
             del os.environ["ATTNREPRO_RUNS"]
         else:
             os.environ["ATTNREPRO_RUNS"] = before
-
-
-def printed_tables(path: Path) -> dict[tuple[str, str, str], str]:
-    """(experiment, grid, config) -> the report ``report`` printed into a results file: from
-    its ``<experiment> grid <grid>, config <config> (`` line to the next such line, the next
-    heading or the end of the file."""
-    text = path.read_text()
-    marks = list(REPORT_LINE.finditer(text))
-    out = {}
-    for mark, end in zip(marks, [*(m.start() for m in marks[1:]), len(text)]):
-        body = text[mark.start():end]
-        heading = re.search(r"^#", body, re.M)
-        out[mark.groups()] = body[:heading.start() if heading else len(body)].rstrip()
-    return out
 
 
 def committed_results(out: Path | None = None) -> dict:

@@ -1,6 +1,6 @@
 """A grid's training cost measured with its models taking turns in one process (the grid's
 ``cost_file``: the JSONL ``python -m benchmarks.model_cost --out`` writes, one row per cell),
-read for ``report`` (:func:`format_cost_file`) and ``report --plot`` (:func:`read_cost_file`).
+read for ``report`` and ``report --plot`` (:func:`read_cost_file`).
 
 Why not the runs' own logs: runs of one grid train hours apart, two at a time beside other
 jobs, and the load of the machine sets their steps/s (one CoDA seed of the same cost grid ran
@@ -78,39 +78,3 @@ def read_cost_file(grid: Grid) -> dict[str, CellCost] | None:
                                     row["step_tensor_mb"], row["setting"])
     return out
 
-
-def format_cost_file(grid: Grid) -> str:
-    """The grid's interleaved cost as ``report`` prints it: per cell its parameters, steps/s,
-    their ratio to the baseline's with its 95% interval, the tensor peak of a training step
-    and its ratio; the command, machine and date it was measured with."""
-    costs = read_cost_file(grid)
-    if costs is None:
-        return (f"Training cost, interleaved: not measured yet ({grid.cost_file} does not "
-                "exist; the grid's note names the command that writes it).")
-    if not costs:
-        return f"Training cost, interleaved: {grid.cost_file} holds no row."
-    first = next(iter(costs.values()))
-    base, s = first.baseline, first.setting
-    lines = [f"Training cost, interleaved: the models taking turns step by step on the same "
-             f"batches in one process ({grid.cost_file}: `{s.get('command', 'not recorded')}`; "
-             f"config {s.get('config', '?')}'s model and data, {s.get('steps', '?')} timed "
-             f"steps each; {s.get('machine', 'machine not recorded')}, {s.get('threads', '?')} "
-             f"thread(s), {s.get('date', 'date not recorded')}, commit "
-             f"{s.get('commit', 'not recorded')}). Steps/s: training steps (forward, loss, "
-             "backward, Adam) per second; 95% interval: paired bootstrap over the (round, "
-             "batch) pairs; step tensor MB: the peak of the bytes held by torch tensors in one "
-             "training step beyond those held before it.", "",
-             f"| cell (interleaved) | parameters (M) | steps/s | / {base} [95%] | step tensor MB "
-             f"| / {base} |", "|---|---|---|---|---|---|"]
-    base_mb = costs[base].step_tensor_mb if base in costs else None
-    for cell in grid.cells:
-        c = costs.get(cell.name)
-        if c is None:
-            lines.append(f"| {cell.name} | not measured | | | | |")
-            continue
-        memory = "-" if c.step_tensor_mb is None else f"{c.step_tensor_mb:.1f}"
-        memory_ratio = (f"{c.step_tensor_mb / base_mb:.2f}x" if c.step_tensor_mb is not None
-                        and base_mb else "-")
-        lines.append(f"| {cell.name} | {c.parameters / 1e6:.3f} | {c.steps_per_s:.2f} | "
-                     f"{c.ratio:.2f}x [{c.low:.2f}, {c.high:.2f}] | {memory} | {memory_ratio} |")
-    return "\n".join(lines)

@@ -32,7 +32,7 @@ from experiments.harness.grid_model import (
     run_name,
     runs_root,
 )
-from experiments.harness.report import read_run_metrics
+from experiments.harness.runs import read_run_metrics
 from fileio import checkpoint_step, write_atomic
 
 
@@ -170,7 +170,17 @@ def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
             continue
 
 
-def run_grid(experiment: Experiment, argv: list[str]) -> None:
+class GridDone(NamedTuple):
+    """A grid whose cells have run: what failed or was not run, one text each."""
+
+    grid: Grid
+    config: str
+    problems: list[str]
+
+
+def run_grid(experiment: Experiment, argv: list[str]) -> GridDone | None:
+    """``grid``: every cell and seed of the grid, ``--jobs`` at a time; None for a
+    ``--dry-run`` (the commands printed, nothing run)."""
     argv, extra = split_extra(argv)
     args = grid_parser(experiment, "grid").parse_args(argv)
     grid = experiment.grid(args.grid)
@@ -185,7 +195,7 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
     if args.dry_run:
         for job in todo:
             print(" ".join(run.command(job)))
-        return
+        return None
     finished = [job for job in todo if run.finished(job)] if not args.force else []
     if finished:  # a finished run is replaced only when asked
         raise SystemExit(f"{experiment.name}.py grid: {len(finished)} run(s) in {run.folder} "
@@ -222,16 +232,12 @@ def run_grid(experiment: Experiment, argv: list[str]) -> None:
         for launched in running:
             launched.lock.close()
     print(f"grid finished in {time.time() - start:.0f}s", flush=True)
-    from experiments.harness.loggers import log_grid_summary  # Lightning's loggers: not before here
-
-    log_grid_summary(experiment, grid, config)
     problems = [f"{len(failed)} run(s) failed: " + ", ".join(map(str, failed))] if failed else []
     if held:
         problems.append(f"{len(held)} run(s) not run, another grid was running them: "
                         + ", ".join(map(str, held))
                         + " (rerun with --skip-done once it has finished)")
-    if problems:
-        raise SystemExit("; ".join(problems))
+    return GridDone(grid, config, problems)
 
 
 def stopped_runs(run: GridRun, todo: list[Job]) -> list[tuple[Job, int]]:

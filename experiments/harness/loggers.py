@@ -2,7 +2,8 @@
 metrics to ``runs/<experiment>/<group>/<name>/metrics.csv`` (what ``report`` reads) and,
 unless ``--run.wandb false``, to W&B (:class:`RunLogger`), online only when W&B can be
 reached (:func:`wandb_mode`); a test's per-example predictions become W&B tables
-(:func:`log_predictions`) and a grid's table one summary run (:func:`log_grid_summary`).
+(:func:`log_predictions`); a grid's table becomes one summary run after its cells
+(experiments/harness/wandb_summary.py).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-from experiments.harness.grid_model import Experiment, Grid, cell_runs, group_name, runs_root
-from experiments.harness.report import claims_table, summary_table
+from experiments.harness.grid_model import Experiment, runs_root
+from experiments.harness.runs import read_run
 from fileio import write_atomic
 
 
@@ -295,25 +296,8 @@ def finish_wandb() -> None:
         wandb.finish()
 
 
-#: the per-example files a test writes into the run folder: DecompAtt's
-#: ``predictions-test[_<split>].jsonl``, the seq2seq models' ``hypotheses-test.jsonl``
-PREDICTION_FILES = ("predictions-test", "hypotheses-test")
-
-
 #: rows of a predictions file logged to W&B (the summary says how many the file has)
 PREDICTION_ROWS = 10_000
-
-
-def prediction_files(run_dir: Path, since: float | None = None) -> dict[str, Path]:
-    """W&B table key -> predictions file of the run folder (written at or after ``since``):
-    ``test/predictions`` for the first split's, ``test/predictions_<split>`` for others."""
-    found = {}
-    for prefix in PREDICTION_FILES:
-        for path in sorted(Path(run_dir).glob(f"{prefix}*.jsonl")):
-            if since is not None and path.stat().st_mtime < since - 1:
-                continue  # an earlier test's file
-            found[f"test/predictions{path.name[len(prefix):-len('.jsonl')]}"] = path
-    return found
 
 
 def read_predictions(path: Path, limit: int = PREDICTION_ROWS) -> tuple[list, list, int]:
@@ -337,7 +321,7 @@ def read_predictions(path: Path, limit: int = PREDICTION_ROWS) -> tuple[list, li
 
 def log_predictions(trainer, since: float | None = None) -> None:
     """After a test: each predictions file it wrote into the run folder as a W&B table
-    (:func:`prediction_files`; the first :data:`PREDICTION_ROWS` rows, the summary's
+    (the run record's predictions files; the first :data:`PREDICTION_ROWS` rows, the summary's
     ``<key>_rows`` and ``<key>_logged_rows`` say how many there are and how many were
     logged).  A table that cannot be logged is a warning, never a failed run."""
     loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
@@ -348,7 +332,7 @@ def log_predictions(trainer, since: float | None = None) -> None:
         return
     import wandb
 
-    for key, path in prediction_files(Path(log_dir), since).items():
+    for key, path in read_run(log_dir).predictions(since).items():
         try:
             columns, rows, total = read_predictions(path)
             table = wandb.Table(columns=columns, data=rows, allow_mixed_types=True)
@@ -360,59 +344,3 @@ def log_predictions(trainer, since: float | None = None) -> None:
             warnings.warn(f"{path.name} not logged to W&B: {type(err).__name__}: {err}",
                           stacklevel=2)
 
-
-def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
-    """After a grid's cells: when they logged to W&B, one short run in their group, job
-    type ``summary``, with the paper's table and its cost columns (:func:`summary_table`) as
-    ``paper_table``, the paired tests of the paper's claims (:func:`claims_table`) as
-    ``claims_table`` and the figures of ``report --plot`` as images (:func:`log_grid_plots`).
-    W&B failing to start or to log is one printed line: the grid's runs are done."""
-    group = group_name(grid, config)
-    root = experiment.grid_folder(grid, config)
-    if not any((d / "wandb").is_dir() for c in grid.cells for d in cell_runs(root, c)):
-        return  # --run.wandb false (or no run finished)
-    try:
-        import wandb
-
-        columns, rows = summary_table(experiment, grid, config)
-        folder = root / "summary"
-        folder.mkdir(parents=True, exist_ok=True)
-        run = wandb.init(
-            project=wandb_project(),
-            group=f"{experiment.name}/{group}", name="summary", job_type="summary",
-            dir=str(folder), mode=wandb_mode(), tags=[experiment.name, group, "summary"],
-            config={"experiment": experiment.name, "grid": grid.name, "cell": None,
-                    "seed": None, "grid_config": config, "title": grid.title},
-            reinit="create_new",  # its own run even if one is active in this process
-            settings=wandb_settings(init_timeout=60))
-        tables = {"paper_table": wandb.Table(columns=columns, data=rows,
-                                             allow_mixed_types=True)}
-        if grid.claims:
-            columns, rows = claims_table(experiment, grid, config)
-            tables["claims_table"] = wandb.Table(columns=columns, data=rows,
-                                                 allow_mixed_types=True)
-        try:
-            run.log(tables)
-            log_grid_plots(run, experiment, grid, config)
-        finally:
-            run.finish()
-        print(f"W&B summary run logged: {folder}", flush=True)
-    except Exception as err:  # noqa: BLE001 - never fail a finished grid for W&B
-        print(f"W&B summary run not logged: {type(err).__name__}: {err}", flush=True)
-
-
-def log_grid_plots(run, experiment: Experiment, grid: Grid, config: str) -> None:
-    """The figures ``report --plot`` writes (experiments/harness/plots.py) as the images
-    ``plots/<figure>`` of a W&B run; failing to draw them is one printed line, the table is
-    logged."""
-    try:
-        import wandb
-
-        from experiments.harness.plots import FIGURES, grid_plots
-        from lit_models.plots import figure_image
-
-        plots = grid_plots(experiment, grid, config)
-        run.log({f"plots/{name}": wandb.Image(figure_image(fig), caption=FIGURES[name])
-                 for name, fig in plots.figures.items()})
-    except Exception as err:  # noqa: BLE001 - the table is logged; the figures are extra
-        print(f"W&B summary plots not logged: {type(err).__name__}: {err}", flush=True)

@@ -1,9 +1,10 @@
 """A grid's runs drawn: what ``report --plot`` writes beside the markdown it prints (and
-experiments/harness/curves.py and the grid's W&B summary run use), read through the report's own
-functions (experiments/harness/report.py), never a second reader:
+experiments/harness/curves.py and the grid's W&B summary run use), read through the one
+reader of run folders (experiments/harness/runs.py) and the claims' paired tests
+(experiments/harness/verdicts.py):
 
 * ``curves``: the validation curves of every cell, one panel per validation metric
-  (:func:`~experiments.harness.report.validation_metrics`), the mean over seeds and a band of
+  (:func:`~experiments.harness.runs.validation_metrics`), the mean over seeds and a band of
   +- one standard deviation where there are two or more;
 * ``gates`` (only when the runs logged the CoDA gate diagnostics, lit_models/diagnostics.py):
   per cell its validation curve beside the cross-attention gate
@@ -11,7 +12,7 @@ functions (experiments/harness/report.py), never a second reader:
 * ``paper``: per metric and cell the paper's number and ours, the mean with its spread
   over seeds (+- one standard deviation) and each seed;
 * ``claims``: per claim the paired difference proposal - baseline with its 95% interval
-  (:func:`~experiments.harness.report.claim_results`) against the paper's difference;
+  (:func:`~experiments.harness.verdicts.claim_results`) against the paper's difference;
 * ``tradeoff`` (only for a grid with a ``cost_file``): per claim the paired difference
   against the proposal's step time relative to the baseline's, measured with the models
   taking turns (experiments/harness/interleaved_cost.py), both with their 95% intervals, one panel
@@ -33,18 +34,16 @@ from matplotlib.figure import Figure
 
 from experiments.harness.grid_model import Experiment, Grid, cell_runs, shown_path
 from experiments.harness.interleaved_cost import read_cost_file
-from experiments.harness.report import (
-    ClaimResult,
-    claim_labels,
-    claim_results,
+from experiments.harness.runs import (
     collect,
     curve_metric,
     logged_keys,
-    mean_std,
     metric_scale,
     metric_steps,
     validation_metrics,
 )
+from experiments.harness.significance import mean_std
+from experiments.harness.verdicts import ClaimResult, claim_labels, claim_results
 from fileio import write_atomic
 from lit_models.plots import _figure as new_figure
 
@@ -87,7 +86,7 @@ def draw_curve(ax, steps: dict[int, list[float]], label: str) -> None:
 def plot_curves(experiment: Experiment, grid: Grid, config: str, root: Path | None = None,
                 metrics: dict[str, str] | None = None) -> tuple[Figure, list[str]]:
     """The validation curves of every cell, one panel per metric (default:
-    :func:`~experiments.harness.report.validation_metrics`); and the cells with no value logged."""
+    :func:`~experiments.harness.runs.validation_metrics`); and the cells with no value logged."""
     root = experiment.grid_folder(grid, config) if root is None else root
     metrics = validation_metrics(grid) if metrics is None else metrics
     fig = new_figure((6.0 * len(metrics), 4.0))

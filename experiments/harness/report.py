@@ -9,172 +9,23 @@ not the seed.
 
 from __future__ import annotations
 
-import csv
-import math
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from experiments.harness import significance as sig
 from experiments.harness.command_line import add_config_arguments, chosen_config, command_parser
-from experiments.harness.grid_model import (
-    PROJECT_ROOT,
-    Cell,
-    Experiment,
-    Grid,
-    cell_runs,
-    runs_root,
-    seed_of,
+from experiments.harness.grid_model import PROJECT_ROOT, Experiment, Grid
+from experiments.harness.interleaved_cost import read_cost_file
+from experiments.harness.markdown import CLAIMS_HEADER, table_cells
+from experiments.harness.runs import (
+    COST_COLUMNS,
+    MixedRunsError,
+    collect,
+    configs_with_runs,
+    cost_values,
+    curve_metric,
+    learning_curves,
 )
-
-
-def read_run_metrics(run_dir: Path, grid: Grid) -> dict[str, float | None]:
-    """The last logged value of each of the grid's metrics in a run's metrics.csv (the value
-    in its hparams.yaml for ``hparams/<name>`` keys), None where there is none."""
-    values: dict[str, float | None] = {label: None for label in grid.metrics}
-    path = run_dir / "metrics.csv"
-    if not path.exists():
-        return values
-    with open(path) as f:
-        for row in csv.DictReader(f):
-            for label, key in grid.metrics.items():
-                if row.get(key) not in (None, ""):
-                    values[label] = float(row[key])
-    hparams = run_dir / "hparams.yaml"
-    wanted = {label: key.split("/", 1)[1] for label, key in grid.metrics.items()
-              if key.startswith("hparams/")}
-    if wanted and hparams.exists():
-        logged = yaml.safe_load(hparams.read_text()) or {}
-        for label, name in wanted.items():
-            if isinstance(logged.get(name), (int, float)):
-                values[label] = float(logged[name])
-    return values
-
-
-def seed_values(root: Path, cell: Cell, grid: Grid) -> dict[str, list[float]]:
-    """metric label -> the values (as logged) of ``cell``'s seeds under the grid folder
-    ``root`` that logged it."""
-    values: dict[str, list[float]] = {label: [] for label in grid.metrics}
-    for run_dir in cell_runs(root, cell):
-        for label, v in read_run_metrics(run_dir, grid).items():
-            if v is not None:
-                values[label].append(v)
-    return values
-
-
-#: keys of a run's resolved config (``config.yaml``) that differ between the seeds of a cell
-#: by design: the seed, the run's name, the checkpoint a resumed run started from
-PER_SEED_KEYS = ("seed_everything", "run.name", "ckpt_path")
-
-
-class MixedRunsError(ValueError):
-    """The runs of one cell were made with different settings: their numbers are not averaged."""
-
-
-def _flat(node, prefix: str = "") -> dict[str, object]:
-    if not isinstance(node, dict):
-        return {prefix: node}
-    out: dict[str, object] = {}
-    for key, value in node.items():
-        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
-def settings_differences(run_dirs: list[Path]) -> dict[str, dict[str, object]]:
-    """key -> run folder name -> value, for each key of the runs' resolved configs
-    (``config.yaml``, written by LightningCLI) whose value is not the same in all of them,
-    :data:`PER_SEED_KEYS` aside; runs without a config.yaml are left out."""
-    configs = {}
-    for run_dir in run_dirs:
-        path = run_dir / "config.yaml"
-        if path.exists():
-            configs[run_dir.name] = _flat(yaml.safe_load(path.read_text()) or {})
-    keys = sorted({k for c in configs.values() for k in c} - set(PER_SEED_KEYS))
-    return {key: {name: c.get(key) for name, c in configs.items()} for key in keys
-            if len({repr(c.get(key)) for c in configs.values()}) > 1}
-
-
-def check_same_settings(root: Path, grid: Grid) -> None:
-    """Raise :class:`MixedRunsError` naming the cell, the differing keys and each run's value
-    when the finished runs of one of ``grid``'s cells under ``root`` differ in a setting."""
-    for cell in grid.cells:
-        runs = [d for d in cell_runs(root, cell) if (d / "metrics.csv").exists()]
-        differences = settings_differences(runs)
-        if differences:
-            shown = "; ".join(f"{key}: " + ", ".join(f"{name} {value!r}" for name, value
-                                                      in values.items())
-                              for key, values in list(differences.items())[:3])
-            more = f" and {len(differences) - 3} more keys" if len(differences) > 3 else ""
-            raise MixedRunsError(
-                f"the runs of cell {cell.name} in {root} differ in {shown}{more}: not averaged; "
-                f"rerun the odd one with the others' settings (cell {grid.name} --cell "
-                f"{cell.name} --seed K --force) or move its folder away")
-
-
-def collect(experiment: Experiment, grid: Grid, config: str) -> dict[str, dict[str, list[float]]]:
-    """cell -> metric label -> values over the seeds found in the CSV logs (refused with
-    :class:`MixedRunsError` when a cell's runs differ in a setting)."""
-    root = experiment.grid_folder(grid, config)
-    check_same_settings(root, grid)
-    return {cell.name: {label: [v * grid.scale_of(label) for v in values]
-                        for label, values in seed_values(root, cell, grid).items()}
-            for cell in grid.cells}
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    m = sum(values) / len(values)
-    s = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
-    return m, s
-
-
-def summary_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list, list]:
-    """(columns, rows) of the paper's table as ``report`` reads it from the CSV logs
-    (:func:`collect`, :func:`mean_std`): one row per cell, its name, then per metric label
-    the paper's number, our mean, our (sample) std and the number of seeds; None where
-    there is none (std of one seed); then the cost columns ``report`` prints beside them
-    (:func:`cost_values`, as numbers: None where not logged)."""
-    results = collect(experiment, grid, config)
-    costs = cost_values(experiment, grid, config)
-    columns = ["cell"]
-    for label in grid.metrics:
-        columns += [f"paper {label}", f"ours {label}", f"ours {label} std", f"ours {label} n"]
-    columns += list(next(iter(costs.values()), {}))
-    rows = []
-    for cell in grid.cells:
-        row = [cell.name]
-        for label in grid.metrics:
-            values = results[cell.name][label]
-            mean, std = mean_std(values) if values else (None, None)
-            row += [cell.paper.get(label), mean, std if len(values) > 1 else None, len(values)]
-        row += [None if v == "-" else float(v) for v in costs[cell.name].values()]
-        rows.append(row)
-    return columns, rows
-
-
-#: what every report row shows beside the quality: column -> (logged key, scale, format);
-#: mean over the cell's seeds (a column the grid already has as a metric is not repeated)
-COST_COLUMNS = {"params (M)": ("hparams/n_parameters", 1e-6, "{:.2f}"),
-                "steps/s": ("train/steps_per_second", 1.0, "{:.2f}"),
-                "peak MB": ("train/peak_memory_mb", 1.0, "{:.0f}"),
-                "wall min": ("train/wall_seconds", 1 / 60, "{:.1f}")}
-
-
-def cost_values(experiment: Experiment, grid: Grid, config: str) -> dict[str, dict[str, str]]:
-    """cell -> cost column -> the mean over its seeds, formatted ("-" where not logged)."""
-    costs = {label: key for label, (key, _, _) in COST_COLUMNS.items()
-             if key not in grid.metrics.values()}
-    probe = Grid(grid.name, grid.title, costs, grid.cells)
-    root = experiment.grid_folder(grid, config)
-    out = {}
-    for cell in grid.cells:
-        values = seed_values(root, cell, probe)
-        out[cell.name] = {
-            label: (COST_COLUMNS[label][2].format(
-                sum(vals) / len(vals) * COST_COLUMNS[label][1]) if vals else "-")
-            for label, vals in values.items()}
-    return out
+from experiments.harness.significance import mean_std
+from experiments.harness.verdicts import CLAIM_SAMPLES, ONE_SEED_NOTE, claim_labels, claim_results
 
 
 def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
@@ -212,103 +63,19 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
                 row += [ratio(paper, base.paper.get(label)),
                         ratio(mean_std(vals)[0] if vals else None,
                               mean_std(base_vals)[0] if base_vals else None)]
-        row += list(costs[cell.name].values())
+        row += ["-" if v is None else f"{v:.{COST_COLUMNS[column][2]}f}"
+                for column, v in costs[cell.name].items()]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Cost: mean over the seeds of the parameters, training steps/s (training "
               "steps only), peak memory (CPU: the process's peak resident set) and the wall "
               "time of training (validation included); a run's machine and load set them."]
     if grid.cost_file:  # the same cost measured with the models taking turns in one process
-        from experiments.harness.interleaved_cost import format_cost_file
-
         lines += ["", format_cost_file(grid)]
     if grid.claims:
         lines += ["", format_claims(experiment, grid, config)]
     if grid.note:
         lines += ["", grid.note]
     return "\n".join(lines)
-
-
-#: resamples of the paired tests in ``report`` (and their random seed: the report is the
-#: same every time it is printed)
-CLAIM_SAMPLES, CLAIM_SEED = 10_000, 0
-
-
-#: what a verdict drawn from one seed says beside it: its interval and p resample that seed's
-#: test examples only, not the seed
-ONE_SEED = " (one seed)"
-ONE_SEED_NOTE = ("'(one seed)': the interval and p resample the test examples of that one seed "
-                 "only, not the seed: another seed may land outside them.")
-CLAIMS_HEADER = ("| claim | metric | paper diff | ours: baseline -> proposal | ours diff [95% CI] "
-                 "| p | verdict | seeds x units |")
-
-
-@dataclass(frozen=True)
-class ClaimResult:
-    """One metric of one claim of a grid (baseline -> proposal): the paper's difference, the
-    paired comparison of experiments/harness/significance.py over the runs (None when there is none,
-    ``why`` says why) and the verdict in the paper's direction."""
-
-    baseline: str
-    proposal: str
-    label: str
-    paper_diff: float | None
-    comparison: sig.Comparison | None = None
-    why: str = ""
-    verdict: str = ""
-
-    @property
-    def claim(self) -> str:
-        return f"{self.proposal} vs {self.baseline}"
-
-    @property
-    def one_seed(self) -> bool:
-        return self.comparison is not None and self.comparison.seeds == 1
-
-    @property
-    def shown_verdict(self) -> str:
-        """The verdict as printed: marked when it rests on one seed."""
-        return self.verdict + (ONE_SEED if self.one_seed else "")
-
-
-def claim_labels(grid: Grid) -> dict[str, str]:
-    """metric label -> key of the grid's metrics with per-example test units."""
-    return {label: key for label, key in grid.metrics.items() if sig.metric_name(key)}
-
-
-def claim_results(experiment: Experiment, grid: Grid, config: str,
-                  root: Path | None = None) -> list[ClaimResult]:
-    """Each claim of ``grid`` (its ``claims``: baseline -> proposal) tested on the runs under
-    the grid folder ``root`` (default: the grid's run folder of ``config``): per metric the
-    paper gives both numbers of (else the grid's first test metric), the paired comparison
-    over the seeds both cells ran and the test examples (paired by id)."""
-    root = experiment.grid_folder(grid, config) if root is None else root
-    labels = claim_labels(grid)
-    out = []
-    for baseline, proposal in grid.claims:
-        b_cell, p_cell = grid.cell(baseline), grid.cell(proposal)
-        paper = {label: p_cell.paper[label] - b_cell.paper[label] for label in labels
-                 if b_cell.paper.get(label) is not None
-                 and p_cell.paper.get(label) is not None}
-        for label in list(paper) or list(labels)[:1]:
-            key = labels[label]
-            found = _paired_units(root, b_cell, p_cell, key)
-            if isinstance(found, str):
-                out.append(ClaimResult(baseline, proposal, label, paper.get(label), why=found))
-                continue
-            kind, b_stats, p_stats, _ = found
-            name = sig.metric_name(key)[0]
-            c = sig.compare(kind, b_stats, p_stats, samples=CLAIM_SAMPLES, seed=CLAIM_SEED,
-                            test="randomization" if name in ("map", "mrr", "p@1")
-                            else "bootstrap")
-            verdict = c.verdict
-            higher = sig.KINDS[kind].higher_is_better
-            if paper.get(label, 0) and (paper[label] > 0) != higher:
-                # the paper found the proposal worse: does that hold here?
-                verdict = {sig.HOLDS: sig.REVERSED, sig.REVERSED: sig.HOLDS}.get(verdict,
-                                                                                verdict)
-            out.append(ClaimResult(baseline, proposal, label, paper.get(label), c,
-                                   verdict=verdict))
-    return out
 
 
 def format_claims(experiment: Experiment, grid: Grid, config: str) -> str:
@@ -347,136 +114,6 @@ def format_claims(experiment: Experiment, grid: Grid, config: str) -> str:
     return "\n".join(lines)
 
 
-def claims_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list, list]:
-    """(columns, rows) of :func:`format_claims`' table as numbers, one row per claim and
-    metric (:func:`claim_results`): the paper's difference, our baseline and proposal, our
-    difference with its 95% interval, p, the test, the verdict (as printed), seeds and units;
-    a claim without a comparison has None there and its reason as the verdict."""
-    columns = ["claim", "metric", "paper diff", "ours baseline", "ours proposal", "ours diff",
-               "ci low", "ci high", "p", "test", "verdict", "seeds", "units"]
-    rows = []
-    for r in claim_results(experiment, grid, config):
-        c = r.comparison
-        if c is None:
-            rows.append([r.claim, r.label, r.paper_diff, *[None] * 7, r.why, None, None])
-            continue
-        rows.append([r.claim, r.label, r.paper_diff, c.baseline, c.proposal, c.diff, c.low,
-                     c.high, c.p_value, c.test, r.shown_verdict, c.seeds, c.units])
-    return columns, rows
-
-
-def _paired_units(root: Path, baseline: Cell, proposal: Cell, key: str):
-    """(kind, baseline stats per seed, proposal stats per seed, units) over the seeds both
-    cells ran, or why there is no comparison (a short text for the table)."""
-    from experiments.harness.significance import run_units
-
-    seeds = {}
-    for cell in (baseline, proposal):
-        seeds[cell.name] = {seed_of(d, cell): d for d in cell_runs(root, cell)
-                            if (d / "metrics.csv").exists()}
-    common = sorted(set(seeds[baseline.name]) & set(seeds[proposal.name]))
-    if not common:
-        return "not run (no seed of both cells)"
-    kind, b_stats, p_stats = None, [], []
-    for seed in common:
-        try:
-            b_kind, b_ids, b = run_units(seeds[baseline.name][seed], key)
-            kind, p_ids, p = run_units(seeds[proposal.name][seed], key)
-        except (FileNotFoundError, ValueError) as err:
-            return f"no paired test: {err}".replace("|", "/")
-        if b_ids != p_ids:
-            return (f"no paired test: seed {seed}: the two runs' test examples differ "
-                    f"({len(b_ids)} vs {len(p_ids)} units)")
-        b_stats.append(b)
-        p_stats.append(p)
-    return kind, b_stats, p_stats, len(b_stats[0])
-
-
-#: logged keys whose row's ``step`` is the number of optimiser steps done (callbacks that log
-#: with the trainer's step themselves: the CoDA gate diagnostics, lit_models/diagnostics.py);
-#: Lightning logs every other metric of a validation at that number - 1
-AT_STEPS_DONE = ("coda/",)
-
-
-def validation_metrics(grid: Grid) -> dict[str, str]:
-    """metric label -> the validation metric every validation logs for it: the grid's test
-    and validation metrics with ``val/`` for their stage and without a ``_best`` part
-    (``test/acc`` and ``val/acc_best`` -> ``val/acc``, ``val/mrr_at_best_map`` ->
-    ``val/mrr``), each key once, the grid's ``curve`` first; ``{"loss": "val/loss"}`` for a
-    grid of other metrics (cost: every model logs its validation loss)."""
-    out: dict[str, str] = {}
-    for label, key in grid.metrics.items():
-        stage, _, name = key.partition("/")
-        if stage in ("test", "val"):
-            key = "val/" + re.sub(r"(_at)?_best.*$", "", name)
-            if key not in out.values():
-                out[label] = key
-    if grid.curve:
-        label = next((lb for lb, key in out.items() if key == grid.curve), grid.curve)
-        out = {label: grid.curve, **{lb: k for lb, k in out.items() if k != grid.curve}}
-    return out or {"loss": "val/loss"}
-
-
-def curve_metric(grid: Grid) -> str:
-    """The validation metric of ``report --curve``: the grid's ``curve``, else the first of
-    :func:`validation_metrics`."""
-    return next(iter(validation_metrics(grid).values()))
-
-
-def metric_scale(grid: Grid, key: str) -> float:
-    """The factor from ``key`` as logged to the paper's units: the scale of the grid metric
-    it is the validation counterpart of (the grid's ``scale`` for its ``curve``), else 1
-    (losses, diagnostics)."""
-    for label, val_key in validation_metrics(grid).items():
-        if val_key == key:
-            if label in grid.metrics:
-                return grid.scale_of(label)
-            return grid.scale if key == grid.curve else 1.0
-    return 1.0
-
-
-def metric_steps(run_dirs: list[Path], key: str, scale: float = 1.0
-                 ) -> dict[int, list[float]]:
-    """optimiser steps done -> the values of ``key`` (times ``scale``) the runs' metrics.csv
-    logged there, one per run that did.  The one reader of a metric over steps: learning
-    curves, plots, gate diagnostics."""
-    offset = 0 if key.startswith(AT_STEPS_DONE) else 1
-    steps: dict[int, list[float]] = {}
-    for run_dir in run_dirs:
-        path = run_dir / "metrics.csv"
-        if not path.exists():
-            continue
-        with open(path) as f:
-            for row in csv.DictReader(f):
-                if row.get(key) not in (None, ""):
-                    step = int(float(row["step"])) + offset
-                    steps.setdefault(step, []).append(float(row[key]) * scale)
-    return steps
-
-
-def logged_keys(run_dirs: list[Path]) -> list[str]:
-    """The columns of the runs' metrics.csv files, in order of first appearance."""
-    keys: dict[str, None] = {}
-    for run_dir in run_dirs:
-        path = run_dir / "metrics.csv"
-        if path.exists():
-            with open(path) as f:
-                keys.update(dict.fromkeys(next(csv.reader(f), [])))
-    return list(keys)
-
-
-def learning_curves(experiment: Experiment, grid: Grid, config: str, metric: str | None = None,
-                    root: Path | None = None) -> dict[str, dict[int, list[float]]]:
-    """cell -> optimiser step -> ``metric`` (default :func:`curve_metric`; in the paper's
-    units, :func:`metric_scale`) at that step over the seeds found in the CSV logs of the
-    grid folder ``root`` (default: the grid's run folder of ``config``).  Steps are counted
-    as optimiser steps done (Lightning logs validation at step - 1)."""
-    metric = metric or curve_metric(grid)
-    root = experiment.grid_folder(grid, config) if root is None else root
-    scale = metric_scale(grid, metric)
-    return {cell.name: metric_steps(cell_runs(root, cell), metric, scale) for cell in grid.cells}
-
-
 def format_curves(experiment: Experiment, grid: Grid, config: str) -> str:
     """The learning curves as a markdown table: one row per step, one column per cell
     (mean over seeds, with n when seeds differ)."""
@@ -499,20 +136,6 @@ def format_curves(experiment: Experiment, grid: Grid, config: str) -> str:
     return "\n".join(lines)
 
 
-def configs_with_runs(experiment: Experiment, grid: Grid, runs: Path | None = None) -> list[str]:
-    """The configs with at least one run of ``grid`` (folders ``<grid>-<config>``) under the
-    runs folder ``runs`` (default: $ATTNREPRO_RUNS)."""
-    root = (runs_root() if runs is None else runs) / experiment.name
-    longer = [g for g in experiment.grids if g != grid.name and g.startswith(grid.name)]
-    found = []
-    for folder in sorted(root.glob(f"{grid.name}-*")):
-        if not folder.is_dir() or any(folder.name.startswith(f"{g}-") for g in longer):
-            continue
-        if any(cell_runs(folder, cell) for cell in grid.cells):
-            found.append(folder.name.removeprefix(f"{grid.name}-"))
-    return found
-
-
 def no_runs_message(experiment: Experiment, grid: Grid, config: str) -> str | None:
     """One line when ``grid`` has no runs with ``config`` but has with others; else None."""
     found = configs_with_runs(experiment, grid)
@@ -522,36 +145,6 @@ def no_runs_message(experiment: Experiment, grid: Grid, config: str) -> str | No
                       for c in found)
     return f"no runs of {grid.name} with config {config}; runs exist for: {', '.join(found)} " \
            f"(use {use})"
-
-
-#: the columns a rerun on another machine or load changes without a change of the numbers
-LOAD_COLUMNS = ("steps/s", "peak MB", "wall min")
-
-
-def table_row(line: str) -> list[str]:
-    """The cells of one markdown table line (``| a | b |`` -> ``["a", "b"]``), stripped."""
-    return [c.strip() for c in line.strip().strip("|").split("|")]
-
-
-def table_cells(text: str) -> dict[tuple[str, str, str], str]:
-    """(table heading, row's first cell, column) -> cell text of every markdown table in a
-    printout, the load-dependent :data:`LOAD_COLUMNS` left out; the heading is the last
-    ``#`` line above the table (a printout's tables are told apart by it and their header)."""
-    cells, heading, header = {}, "", None
-    for line in text.splitlines():
-        if line.startswith("#"):
-            heading = line.lstrip("#").strip()
-        if not line.startswith("|"):
-            header = None
-            continue
-        row = table_row(line)
-        if header is None:
-            header = row
-        elif not set("".join(row)) <= set("-: "):
-            for column, value in zip(header[1:], row[1:], strict=False):
-                if column not in LOAD_COLUMNS:
-                    cells[(f"{heading} [{header[0]}]", row[0], column)] = value
-    return cells
 
 
 def compare_printouts(ours: str, committed: str, committed_name: str,
@@ -638,3 +231,40 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
         parts.append(compare_printouts("\n\n".join(parts), committed, args.compare,
                                        args.compare_machine))
     print("\n\n".join(parts))
+
+
+def format_cost_file(grid: Grid) -> str:
+    """The grid's interleaved cost as ``report`` prints it: per cell its parameters, steps/s,
+    their ratio to the baseline's with its 95% interval, the tensor peak of a training step
+    and its ratio; the command, machine and date it was measured with."""
+    costs = read_cost_file(grid)
+    if costs is None:
+        return (f"Training cost, interleaved: not measured yet ({grid.cost_file} does not "
+                "exist; the grid's note names the command that writes it).")
+    if not costs:
+        return f"Training cost, interleaved: {grid.cost_file} holds no row."
+    first = next(iter(costs.values()))
+    base, s = first.baseline, first.setting
+    lines = [f"Training cost, interleaved: the models taking turns step by step on the same "
+             f"batches in one process ({grid.cost_file}: `{s.get('command', 'not recorded')}`; "
+             f"config {s.get('config', '?')}'s model and data, {s.get('steps', '?')} timed "
+             f"steps each; {s.get('machine', 'machine not recorded')}, {s.get('threads', '?')} "
+             f"thread(s), {s.get('date', 'date not recorded')}, commit "
+             f"{s.get('commit', 'not recorded')}). Steps/s: training steps (forward, loss, "
+             "backward, Adam) per second; 95% interval: paired bootstrap over the (round, "
+             "batch) pairs; step tensor MB: the peak of the bytes held by torch tensors in one "
+             "training step beyond those held before it.", "",
+             f"| cell (interleaved) | parameters (M) | steps/s | / {base} [95%] | step tensor MB "
+             f"| / {base} |", "|---|---|---|---|---|---|"]
+    base_mb = costs[base].step_tensor_mb if base in costs else None
+    for cell in grid.cells:
+        c = costs.get(cell.name)
+        if c is None:
+            lines.append(f"| {cell.name} | not measured | | | | |")
+            continue
+        memory = "-" if c.step_tensor_mb is None else f"{c.step_tensor_mb:.1f}"
+        memory_ratio = (f"{c.step_tensor_mb / base_mb:.2f}x" if c.step_tensor_mb is not None
+                        and base_mb else "-")
+        lines.append(f"| {cell.name} | {c.parameters / 1e6:.3f} | {c.steps_per_s:.2f} | "
+                     f"{c.ratio:.2f}x [{c.low:.2f}, {c.high:.2f}] | {memory} | {memory_ratio} |")
+    return "\n".join(lines)

@@ -76,7 +76,7 @@ def main(experiment: Experiment, argv: list[str] | None = None) -> None:
         return
     command = args[0]
     if command in RUNNER_COMMANDS:
-        {"grid": run_grid, "cell": run_one_cell, "sweep": write_sweep,
+        {"grid": grid_and_summary, "cell": run_one_cell, "sweep": write_sweep,
          "report": print_report}[command](experiment, args[1:])
         return
     if command == "predict":
@@ -92,6 +92,19 @@ def main(experiment: Experiment, argv: list[str] | None = None) -> None:
     from experiments.harness.cli import run_cli  # Lightning's CLI: only for fit, validate, test
 
     run_cli(experiment, argv, line)  # argv None: LightningCLI reads sys.argv itself
+
+
+def grid_and_summary(experiment: Experiment, argv: list[str]) -> None:
+    """``grid``: the cells run (experiments/harness/launch.py), then the grid's W&B summary
+    run; what failed or was not run ends the command with its message."""
+    done = run_grid(experiment, argv)
+    if done is None:  # --dry-run
+        return
+    from experiments.harness.wandb_summary import log_grid_summary  # Lightning's loggers
+
+    log_grid_summary(experiment, done.grid, done.config)
+    if done.problems:
+        raise SystemExit("; ".join(done.problems))
 
 
 def overview(experiment: Experiment) -> str:

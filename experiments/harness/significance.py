@@ -440,6 +440,13 @@ def verdict(kind: str, diff: float, p_value: float, alpha: float = 0.05) -> str:
     return HOLDS if better else REVERSED
 
 
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """The mean of ``values`` and their sample standard deviation (0 for one value)."""
+    m = sum(values) / len(values)
+    s = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return m, s
+
+
 def _plus(x: float) -> str:
     return f"{round(x, 2) + 0.0:+.2f}"  # + 0.0: no "-0.00"
 
