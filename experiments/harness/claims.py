@@ -480,7 +480,7 @@ def provenance(runs: Path | None) -> str:
         f"{os.cpu_count()} cores); the runs' machines are in their results files.",
         "- Threads: 1 process (numpy's paired bootstrap, seeded: the same numbers on any "
         "machine).",
-        "- Rerun: re-derived by tests/test_claims.py::test_committed_board_is_what_the_"
+        "- Rerun: re-derived by tests/experiments/test_claims.py::test_committed_board_is_what_the_"
         "command_writes (every table row), about a minute."])
 
 

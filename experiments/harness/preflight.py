@@ -93,7 +93,7 @@ def attention_flags(experiment: Experiment) -> tuple[dict[str, str | None], list
     registered mechanisms, as ``<name>.py --help`` lists them.  While the model class is
     named by its path and not imported, both are read from the source files
     (experiments/harness/sources.py), so the help imports no torch; once imported, from the
-    class and ``attention.registry.REGISTRY`` (tests/test_startup.py: the two agree)."""
+    class and ``attention.registry.REGISTRY`` (tests/experiments/test_startup.py: the two agree)."""
     path = experiment.unimported("model_class")
     if path is not None:
         from experiments.harness import sources

@@ -1,7 +1,8 @@
 """What an experiment script's ``--help`` (and its refusal of ``predict``) says of its model,
 read from the project's source files without importing them: importing a model class imports
 torch and Lightning, ten seconds and more, and the help would wait for them (issue 31 item
-9).  Each reading gives what the imported objects give, which tests/test_startup.py checks
+9).  Each reading gives what the imported objects give, which tests/experiments/test_startup.py
+checks
 for every experiment script:
 
 * :func:`mechanism_names`: the names of ``attention.registry.REGISTRY`` in its order: the
