@@ -36,29 +36,26 @@ class RunRecord:
 
     folder: Path
 
-    @cached_property
-    def _log(self) -> tuple[list[str], list[dict[str, str]]] | None:
-        path = self.folder / "metrics.csv"
-        if not path.exists():
-            return None
-        with open(path) as f:
-            reader = csv.DictReader(f)
-            rows = list(reader)
-            return list(reader.fieldnames or []), rows
-
     @property
     def has_metrics(self) -> bool:
         """Whether the run has a metrics.csv (it started logging)."""
-        return self._log is not None
+        return (self.folder / "metrics.csv").exists()
 
-    @property
+    @cached_property
     def columns(self) -> list[str]:
-        """The logged keys: metrics.csv's columns, in order."""
-        return self._log[0] if self._log else []
+        """The logged keys: metrics.csv's columns, in order (its header alone is read)."""
+        if not self.has_metrics:
+            return []
+        with open(self.folder / "metrics.csv") as f:
+            return next(csv.reader(f), [])
 
-    @property
+    @cached_property
     def rows(self) -> list[dict[str, str]]:
-        return self._log[1] if self._log else []
+        """metrics.csv's rows, column -> value ("" where a row logged nothing there)."""
+        if not self.has_metrics:
+            return []
+        with open(self.folder / "metrics.csv") as f:
+            return list(csv.DictReader(f))
 
     @cached_property
     def hparams(self) -> dict:
