@@ -71,7 +71,7 @@ demo: setup
 #     dwin_mt_cost's one-run-per-cell grid (15-20 min, est.; its interleaved measure is in);
 #     not at this code: attention_kernels_before (864994e's kernels);
 #     superseded: window_variants_bench (attention_interleaved measures MW and AW).
-#   DW Table 5's report is re-derived from results/sst_table5_runs by tests/test_results.py.
+#   DW Table 5's report is re-derived from results/sst_table5_runs by tests/docs/test_results.py.
 RESULTS_SHORT := results-decoding results-adm-decoder results-attention-kernels \
                  results-window-kernels results-attention-interleaved results-model-cost \
                  results-model-cost-translation results-demo results-dwin-classification-cost \

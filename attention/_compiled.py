@@ -118,7 +118,7 @@ def _cache_per_capability() -> None:
     """Inductor's kernel cache, one per CPU capability: its cache keys do not include
     ``ATEN_CPU_CAPABILITY``, so a graph compiled under AVX-512 was served from the cache to a
     process told to use AVX2 (torch's switch for running as another machine would).
-    Measured: tests/test_coda.py::test_compiled_kernels_match_the_paper under
+    Measured: tests/attention/test_coda.py::test_compiled_kernels_match_the_paper under
     ATEN_CPU_CAPABILITY=avx2 ended in a fatal error, and the CoDA MLU smoke fit gave a NaN
     loss at step 0 (validation already NaN), on a cache filled by an AVX-512 run; each was
     fine with a cache of its own.

@@ -24,7 +24,7 @@ class MultiHeadAttention(nn.Module):
       projections of their own need: window boundaries, localness centres) are appended to
       those of the earlier positions, and the new queries attend over all of them.  With
       ``causal`` each new query sees the keys up to its own position, so the output equals
-      those rows of the full causal forward (tests/test_contracts.py checks it for every
+      those rows of the full causal forward (tests/attention/test_contracts.py checks it for every
       mechanism);
     * cross-attention: the memory's keys and values are projected at the first call and
       reused after it.

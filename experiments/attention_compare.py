@@ -6,7 +6,7 @@ updates, on SST and on IMDb (grids ``sst`` and ``imdb``), each mechanism against
 
 The cells are the registry's: one per mechanism that serves the multihead context
 (``attention.registry.supporting("multihead")``, read here from the source without importing
-torch: ``experiments.sources.mechanisms_supporting``) with its paper defaults, the window's
+torch: ``experiments.harness.sources.mechanisms_supporting``) with its paper defaults, the window's
 two variants as two cells, and CoDA with the MLU decoder study's beta 0.25
 (lit_models/compare_rows.py).  A mechanism registered later becomes a cell by itself; one
 that cannot serve multi-head attention is no cell (asked for by hand, the registry refuses it
@@ -27,8 +27,8 @@ prints and ``report --plot`` draws against the accuracy differences.
     python experiments/attention_compare.py report sst --plot
 """
 
-from experiments.grid_model import Cell, Experiment, Grid, dataset_config
-from experiments.sources import mechanisms_supporting
+from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
+from experiments.harness.sources import mechanisms_supporting
 from lit_models.compare_rows import LINKS, mechanism_rows
 
 #: row -> flags: every mechanism serving multi-head attention, then CoDA with beta 0.25
@@ -76,4 +76,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

@@ -11,17 +11,18 @@ sequence, Transformer vs CoDA Transformer (Tay et al. 2019, Sec. 3.6).
 
 from dataclasses import replace
 
-from experiments.grid_model import Cell, Experiment, Grid
+from experiments.harness.grid_model import Cell, Experiment, Grid
 from lit_models.compare_rows import CHOSEN_CODA as CHOSEN_CODA_FLAGS
 
 TRANSFORMER = Cell("transformer", ["--model.attention=softmax"], {"Acc": 76.1})
 CODA = Cell("coda", ["--model.attention=coda"], {"Acc": 84.3})
 # The CoDA setting for a Transformer decoder, chosen by the decoder study (grid `study`) by
 # the rule configs/coda_mlu/study.yaml fixed before its runs: of STUDY_CANDIDATES, the highest
-# validation exact match at step 20,000 (results/coda_mlu_study.md; tests/test_coda_choice.py
-# applies the rule to the committed runs).  Grids `table6_chosen` here and `table4_chosen`
-# in coda_mt.py carry it beside the paper's two cells, and experiments/attention_compare.py
-# beside every mechanism (its flags: lit_models/compare_rows.py, which the cost benchmark reads).
+# validation exact match at step 20,000 (results/coda_mlu_study.md;
+# tests/experiments/test_coda_choice.py applies the rule to the committed runs).  Grids
+# `table6_chosen` here and `table4_chosen` in coda_mt.py carry it beside the paper's two
+# cells, and experiments/attention_compare.py beside every mechanism (its flags:
+# lit_models/compare_rows.py, which the cost benchmark reads).
 CHOSEN_CODA = Cell("coda_beta0.25", list(CHOSEN_CODA_FLAGS))
 STUDY_CANDIDATES = ("coda", "coda_centered", "coda_beta0.25", "coda_beta0.1",
                     "coda_cross_softmax", "coda_decself_softmax")
@@ -127,4 +128,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

@@ -17,7 +17,7 @@ is that recipe.  Table 4 reports test BLEU (tst2013); Tables 8 and 9 development
 
 from experiments.coda_mlu import with_chosen_coda
 from experiments.coda_nli import CENTERING, TABLE9_BLEU
-from experiments.grid_model import Cell, Experiment, Grid
+from experiments.harness.grid_model import Cell, Experiment, Grid
 from lit_models.mt_rows import LINKS
 
 CODA = ["--model.attention=coda"]
@@ -79,4 +79,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

@@ -17,7 +17,7 @@ synthetic Dialogue NLI files of tests/fixtures, so every grid runs with ``--smok
     python experiments/coda_nli.py report table3 --smoke
 """
 
-from experiments.grid_model import Cell, Experiment, Grid, dataset_config
+from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
 
 LINKS = [("vocab_size", "vocab_size"), ("num_classes", "num_classes"), ("pad_id", "pad_id"),
          ("embeddings", "embeddings")]
@@ -88,4 +88,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

@@ -22,7 +22,7 @@ EM / F1).  "EM uni" / "F1 n-gram" are DecaProp's protocol; "Quasar EM" / "Quasar
 Quasar release's official metric.
 """
 
-from experiments.grid_model import Cell, Experiment, Grid, dataset_config
+from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
 
 LINKS = [("vocab_size", "vocab_size"), ("pad_id", "pad_id"), ("embeddings", "embeddings")]
 
@@ -64,4 +64,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

@@ -19,7 +19,7 @@ filtered dev set for validation and test: the shared data has no WikiQA test set
 """
 
 from experiments.coda_nli import CENTERING, CODA, LINKS
-from experiments.grid_model import Cell, Experiment, Grid, dataset_config
+from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
 
 # Table 2 (test): MAP / MRR for TrecQA and WikiQA, top-1 accuracy (R10@1) for UDC
 TABLE2 = {"trecqa": ({"MAP": 80.6, "MRR": 83.9}, {"MAP": 80.0, "MRR": 84.5}),
@@ -70,4 +70,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

@@ -15,7 +15,7 @@ grid runs with ``--smoke`` alone.
     python experiments/coda_sentiment.py report table5
 """
 
-from experiments.grid_model import Cell, Experiment, Grid, dataset_config
+from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
 
 PAPER = {("imdb", "softmax"): 82.6, ("imdb", "coda"): 83.3,
          ("sst", "softmax"): 78.9, ("sst", "coda"): 80.6}
@@ -49,4 +49,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

@@ -7,7 +7,7 @@ per program, Transformer vs CoDA Transformer (tensor2tensor's tiny setting, 100K
     python experiments/coda_text2code.py report table7
 """
 
-from experiments.grid_model import Cell, Experiment, Grid
+from experiments.harness.grid_model import Cell, Experiment, Grid
 from lit_models.mt_rows import LINKS
 
 EXPERIMENT = Experiment(
@@ -31,4 +31,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

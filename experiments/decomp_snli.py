@@ -15,7 +15,7 @@ configs (no dataset configs); the smoke config reads the shared SNLI dev prefix
 (../shared/data/snli, the DataModule's default data_dir).
 """
 
-from experiments.grid_model import Cell, Experiment, Grid
+from experiments.harness.grid_model import Cell, Experiment, Grid
 
 LINKS = [("vocab_size", "vocab_size"), ("num_classes", "num_classes"), ("pad_id", "pad_id"),
          ("embeddings", "embeddings")]
@@ -53,4 +53,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

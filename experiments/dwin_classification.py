@@ -19,7 +19,7 @@ tests/fixtures, so the grid runs with ``--smoke`` alone.
     python experiments/dwin_classification.py report table5
 """
 
-from experiments.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
+from experiments.harness.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
 
 # row -> (the paper's name, attention flags); the grid config puts the attention in layer 1
 ROWS = {
@@ -85,4 +85,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

@@ -15,7 +15,7 @@ The smoke config reads a small SYNTHETIC folder in the benchmark's layout
 the official archive, which ``prepare_data`` downloads to the cache.
 """
 
-from experiments.grid_model import Cell, Experiment, Grid
+from experiments.harness.grid_model import Cell, Experiment, Grid
 
 EXPERIMENT = Experiment(
     name="dwin_lm",
@@ -52,4 +52,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

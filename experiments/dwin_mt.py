@@ -20,7 +20,7 @@ segments of 5 words; "partial" = in the first 3 of 6 layers (softmax above), the
 Tables 1, 3 and 4.
 """
 
-from experiments.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
+from experiments.harness.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
 from lit_models.mt_rows import (
     COST_ROWS,
     CR_AW_SEG,
@@ -160,4 +160,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

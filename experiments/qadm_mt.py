@@ -16,7 +16,7 @@ command on the decoded test files every run writes (``hypotheses-test.jsonl``):
         --hypotheses runs/qadm_mt/table1-paper/en_vi-{additive,mqt}-seed0/hypotheses-test.jsonl
 """
 
-from experiments.grid_model import Cell, Experiment, Grid, dataset_config
+from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
 from lit_models.mt_rows import LINKS
 
 MECHANISMS = {"additive": ["--model.attention=additive"],
@@ -66,4 +66,6 @@ EXPERIMENT = Experiment(
 )
 
 if __name__ == "__main__":
-    EXPERIMENT.main()
+    from experiments.harness.runner import main
+
+    main(EXPERIMENT)

@@ -23,7 +23,7 @@ sorts before step=20).  ``last.ckpt`` (a copy of one of them) is ignored.
     python -m lit_models.averaging a.ckpt b.ckpt --out averaged.ckpt
 
 The runner's ``--run.average_last N`` averages the last N checkpoints after ``fit`` and
-tests on the average (experiments/runner.py).
+tests on the average (experiments/harness/runner.py).
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ class AttnReproModule(L.LightningModule):
     settings and set ``self.mechanisms`` (name -> Mechanism) for the run's tags; their test
     steps hand each example's prediction to :meth:`keep_predictions`."""
 
-    #: what a test run writes beside its metrics (experiments/runner.py names it)
+    #: what a test run writes beside its metrics (experiments/harness/runner.py names it)
     predictions_file: ClassVar[str] = "predictions-test.jsonl"
 
     def __init__(self, lr: float = 1e-3, weight_decay: float = 0.0,

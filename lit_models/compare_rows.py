@@ -7,7 +7,7 @@ with its paper defaults as TransformerClassifier's command-line flags
 Held beside the models, as lit_models/mt_rows.py, so that experiments/ and benchmarks/ read
 the same lists: benchmarks may import lit_models, never experiments.  The mechanisms come
 from the caller (the registry's, ``attention.registry.supporting("multihead")``; the
-experiment reads the same names from the source, ``experiments.sources``), so a mechanism
+experiment reads the same names from the source, ``experiments.harness.sources``), so a mechanism
 registered later becomes a row by itself.
 """
 

@@ -197,7 +197,7 @@ class DecaProp(AttnReproModule):
     ``answers``, ``correct`` (SQuAD EM), ``exact_match``, ``f1``, both Quasar scores, and
     the protocol half with its own prediction and its score under the half's metric name
     (``exact_match_unigram`` or ``f1_ngram``, only in that half's rows): each metric's
-    field is its paired test's unit (experiments/significance.py run_units).
+    field is its paired test's unit (experiments/harness/significance.py run_units).
 
     Optimisation: Adam (``weight_decay`` 0, PyTorch's Adam betas), every gradient tensor
     clipped to norm ``clip_norm`` on its own (DecaProp clips per tensor), no schedule.

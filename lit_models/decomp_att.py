@@ -337,7 +337,8 @@ class DecompAtt(AttnReproModule):
             its mean 0.024, so every gate is closed and M ~ 0 until learning shrinks the
             features.  Divided by the feature size, N stays of the order of one feature's
             difference for any ``hidden`` (mean sigmoid(N) 0.35 at initialisation,
-            no pair saturated; tests/test_decomp_att.py).  The plain L1 norm with N centred
+            no pair saturated; tests/lit_models/test_decomp_att.py).  The plain L1 norm with N
+            centred
             (``coda_distance="sum"``, ``--model.attention.gate centered``) is the setting
             whose trained histograms look like the paper's Figure 2 (sigmoid(N) saturated
             at 0 and 1; notebooks/coda_fig2.ipynb); it is not the default because Table 8

@@ -145,7 +145,7 @@ def break_native_library(monkeypatch, tmp_path: Path, library) -> None:
     monkeypatch.setattr(_compiled, "COMPILE", True)
 
 
-# -- bad data files (tests/test_bad_data_*.py) ----------------------------------------------------
+# -- bad data files (tests/*/test_bad_data_*.py) --------------------------------------------------
 @pytest.fixture
 def private_cache(tmp_path, monkeypatch):
     """A cache of one's own under tmp_path.  A file uses it for every test with

@@ -1,4 +1,4 @@
-"""A test hook (tests/test_kill_resume.py), imported at start-up by every Python process
+"""A test hook (tests/end_to_end/test_kill_resume.py), imported at start-up by every Python process
 whose PYTHONPATH names this folder: with ``ATTNREPRO_TEST_HOLD_CHECKPOINT=<marker file>``,
 the first checkpoint this process writes (a file in a ``checkpoints`` folder, through
 ``fileio.write_atomic``) is left half-written in its temporary file, the marker is written

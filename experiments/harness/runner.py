@@ -1,0 +1,151 @@
+"""The command contract every experiment script follows.
+
+    <name>.py fit|validate|test --config experiments/configs/<name>/paper.yaml [overrides]
+    <name>.py grid <grid> [--smoke | --config NAME] [--seeds N] [--jobs N] [--threads N]
+                      [--skip-done | --force] [-- overrides]
+    <name>.py cell <grid> --cell NAME --seed N [--config NAME] [--threads N] [--force]
+                      [-- overrides]
+    <name>.py sweep <grid> [--config NAME] [--seeds N] [--threads N] [--output PATH]
+                      [-- overrides]
+    <name>.py report [<grid>] [--config NAME] [--curve] [--plot [--out DIR]]
+
+(``<name>.py`` is ``python experiments/<name>.py``; configs are paper.yaml, smoke.yaml, ...;
+``<name>.py --help`` lists the commands, the grids and the configs.)
+
+``fit``/``validate``/``test`` are LightningCLI.  A grid (a paper table) is a list of cells,
+each a list of CLI overrides; ``grid`` runs every cell and seed locally, each as the same
+``fit`` command a user would type, in one W&B group; ``cell`` runs one of them (what a W&B
+sweep agent calls); ``sweep`` writes the W&B sweep YAML for the grid (into
+``runs/<experiment>/sweeps/``, never among the configs); ``report`` prints the
+paper's table with the paper's numbers beside ours (mean +- std over seeds), read from the
+CSV logs, so it works without W&B; ``--curve`` adds the validation learning curves and
+``--plot`` writes them, paper vs ours and the claims as PNGs (experiments/harness/plots.py) into
+``runs/<experiment>/<grid>-<config>/plots/`` or ``--out DIR``.  ``python -m
+experiments.claims`` gathers every grid's claims into results/CLAIMS.md.
+
+After ``fit``, ``--run.test_after_fit true`` tests the final weights, or with
+``--run.average_last N`` the average of the run's last N step checkpoints
+(``checkpoints/averaged-last<N>.ckpt``, lit_models/averaging.py), as both translation papers do.
+
+Runs live in ``runs/<experiment>/<group>/<name>/`` ($ATTNREPRO_RUNS moves ``runs/``): the
+CSV metrics, the resolved config, checkpoints and the offline W&B run.  A grid cell's group
+is ``<grid>-<config>`` and its name ``<cell>-seed<k>``.
+
+W&B (online with an API key, else offline): every run is in the group
+``<experiment>/<group>`` with ``experiment``, ``grid``, ``cell`` and ``seed`` on its config
+(grid and cell None outside a grid; the data seed a DataModule records is ``data_seed``), job
+type ``train`` (fit, and its test after fit) or ``eval`` (validate, test).  A run's summary
+keeps the best of each validation metric (``val/acc`` max, ``val/loss`` min, ...:
+experiments.harness.loggers.metric_summary) and the last of each test metric; a test that writes
+per-example predictions (``predictions-test*.jsonl``, ``hypotheses-test.jsonl``) logs them as
+the table ``test/predictions[_<split>]``.  After its cells, ``grid`` logs one more run to the
+group, job type ``summary``: the paper's table (``paper_table``: per cell the paper's number,
+our mean, std and number of seeds, as ``report`` computes them) and ``report --plot``'s
+figures as the images ``plots/<figure>``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from experiments.harness.command_line import (
+    CLI_COMMANDS,
+    COMMANDS,
+    RUNNER_COMMANDS,
+    CommandLine,
+    listing,
+)
+from experiments.harness.grid_model import Experiment, runs_root, shown_path
+from experiments.harness.launch import run_grid, run_one_cell, write_sweep
+from experiments.harness.preflight import (
+    attention_flags,
+    check_attention_args,
+    check_config_given,
+    check_dataset_args,
+)
+from experiments.harness.report import print_report
+
+
+def main(experiment: Experiment, argv: list[str] | None = None) -> None:
+    """The command of ``argv`` (default: ``sys.argv[1:]``) on ``experiment``."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(overview(experiment))
+        if not args:
+            raise SystemExit(2)  # a command is needed
+        return
+    command = args[0]
+    if command in RUNNER_COMMANDS:
+        {"grid": grid_and_summary, "cell": run_one_cell, "sweep": write_sweep,
+         "report": print_report}[command](experiment, args[1:])
+        return
+    if command == "predict":
+        raise SystemExit(predict_message(experiment))
+    if not command.startswith("-") and command not in CLI_COMMANDS:
+        raise SystemExit(f"{experiment.name}.py: unknown command {command!r}; commands: "
+                         f"{', '.join(COMMANDS)} (see {experiment.name}.py --help)")
+    line = CommandLine.parse(args[1:], command if command in CLI_COMMANDS else None)
+    if command in CLI_COMMANDS and not line.asks_for_help():
+        check_dataset_args(experiment, command, line)
+        check_config_given(experiment, command, line)
+        check_attention_args(experiment, command, line)
+    from experiments.harness.cli import run_cli  # Lightning's CLI: only for fit, validate, test
+
+    run_cli(experiment, argv, line)  # argv None: LightningCLI reads sys.argv itself
+
+
+def grid_and_summary(experiment: Experiment, argv: list[str]) -> None:
+    """``grid``: the cells run (experiments/harness/launch.py), then the grid's W&B summary
+    run; what failed or was not run ends the command with its message."""
+    done = run_grid(experiment, argv)
+    if done is None:  # --dry-run
+        return
+    from experiments.harness.wandb_summary import log_grid_summary  # Lightning's loggers
+
+    log_grid_summary(experiment, done.grid, done.config)
+    if done.problems:
+        raise SystemExit("; ".join(done.problems))
+
+
+def overview(experiment: Experiment) -> str:
+    """``<name>.py --help``: the commands, the grids, the configs, the attention names."""
+    prog = f"{experiment.name}.py"
+    width = max(map(len, COMMANDS))
+    lines = [f"usage: {prog} <command> ...   ({prog} <command> --help: its options)", "",
+             "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
+    lines += ["", listing(experiment)]
+    params, mechanisms = attention_flags(experiment)  # no torch while the model is a path
+    if params:
+        first, *others = params
+        also = f"; also {', '.join(f'--model.{p}' for p in others)}" if others else ""
+        lines += ["", f"attention (--model.{first} NAME [--model.{first}.OPTION VALUE]{also}):",
+                  f"  {', '.join(mechanisms)}"]
+    where = shown_path(experiment.config_dir)
+    grid = next(iter(experiment.grids))
+    script = f"python experiments/{prog}"
+    fit = f"{script} fit --config {where}/smoke.yaml"
+    smoke_datasets = experiment.datasets_in(experiment.config_dir / "smoke")
+    if smoke_datasets:
+        fit += f" --config {where}/smoke/{smoke_datasets[0]}.yaml"
+    if params:
+        fit += f" --model.{next(iter(params))} {'coda' if 'coda' in mechanisms else 'softmax'}"
+    lines += ["", "examples:", f"  {fit}", f"  {script} grid {grid} --smoke",
+              f"  {script} report {grid} --smoke"]
+    return "\n".join(lines)
+
+
+def predict_message(experiment: Experiment) -> str:
+    metrics = f"{shown_path(runs_root() / experiment.name)}/<group>/<name>/metrics.csv"
+    path = experiment.unimported("model_class")
+    if path is not None:  # read from the source: no torch for a refusal
+        from experiments.harness.sources import class_attribute
+
+        written = class_attribute(path, "predictions_file")
+    else:
+        written = getattr(experiment.model_class, "predictions_file", None)
+    writes = (f" and the predictions to {written} beside it" if written
+              else " (this model writes no predictions file)")
+    return (f"{experiment.name}.py: predict is not offered (no model here implements "
+            f"prediction); use test --ckpt_path CKPT, or fit --run.test_after_fit true: the "
+            f"test metrics go to {metrics}{writes}")

@@ -1,0 +1,123 @@
+"""Does a gain a grid claims hold on its runs?  Each claim of a grid (``Grid.claims``:
+baseline -> proposal) tested on the per-example test predictions of the seeds both cells
+ran (experiments/harness/significance.py: paired over seeds and test examples), with the
+paper's difference beside ours and the verdict in the paper's direction
+(:func:`claim_results`).  ``report`` prints them, the plots draw them, the claims board and
+the W&B summary gather them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from experiments.harness import significance as sig
+from experiments.harness.grid_model import Cell, Experiment, Grid, cell_runs, seed_of
+from experiments.harness.runs import read_run
+
+#: resamples of the paired tests in ``report`` (and their random seed: the report is the
+#: same every time it is printed)
+CLAIM_SAMPLES, CLAIM_SEED = 10_000, 0
+
+
+#: what a verdict drawn from one seed says beside it: its interval and p resample that seed's
+#: test examples only, not the seed
+ONE_SEED = " (one seed)"
+
+
+ONE_SEED_NOTE = ("'(one seed)': the interval and p resample the test examples of that one seed "
+                 "only, not the seed: another seed may land outside them.")
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """One metric of one claim of a grid (baseline -> proposal): the paper's difference, the
+    paired comparison of experiments/harness/significance.py over the runs (None when there is none,
+    ``why`` says why) and the verdict in the paper's direction."""
+
+    baseline: str
+    proposal: str
+    label: str
+    paper_diff: float | None
+    comparison: sig.Comparison | None = None
+    why: str = ""
+    verdict: str = ""
+
+    @property
+    def claim(self) -> str:
+        return f"{self.proposal} vs {self.baseline}"
+
+    @property
+    def one_seed(self) -> bool:
+        return self.comparison is not None and self.comparison.seeds == 1
+
+    @property
+    def shown_verdict(self) -> str:
+        """The verdict as printed: marked when it rests on one seed."""
+        return self.verdict + (ONE_SEED if self.one_seed else "")
+
+
+def claim_labels(grid: Grid) -> dict[str, str]:
+    """metric label -> key of the grid's metrics with per-example test units."""
+    return {label: key for label, key in grid.metrics.items() if sig.metric_name(key)}
+
+
+def claim_results(experiment: Experiment, grid: Grid, config: str,
+                  root: Path | None = None) -> list[ClaimResult]:
+    """Each claim of ``grid`` (its ``claims``: baseline -> proposal) tested on the runs under
+    the grid folder ``root`` (default: the grid's run folder of ``config``): per metric the
+    paper gives both numbers of (else the grid's first test metric), the paired comparison
+    over the seeds both cells ran and the test examples (paired by id)."""
+    root = experiment.grid_folder(grid, config) if root is None else root
+    labels = claim_labels(grid)
+    out = []
+    for baseline, proposal in grid.claims:
+        b_cell, p_cell = grid.cell(baseline), grid.cell(proposal)
+        paper = {label: p_cell.paper[label] - b_cell.paper[label] for label in labels
+                 if b_cell.paper.get(label) is not None
+                 and p_cell.paper.get(label) is not None}
+        for label in list(paper) or list(labels)[:1]:
+            key = labels[label]
+            found = _paired_units(root, b_cell, p_cell, key)
+            if isinstance(found, str):
+                out.append(ClaimResult(baseline, proposal, label, paper.get(label), why=found))
+                continue
+            kind, b_stats, p_stats, _ = found
+            name = sig.metric_name(key)[0]
+            c = sig.compare(kind, b_stats, p_stats, samples=CLAIM_SAMPLES, seed=CLAIM_SEED,
+                            test="randomization" if name in ("map", "mrr", "p@1")
+                            else "bootstrap")
+            verdict = c.verdict
+            higher = sig.KINDS[kind].higher_is_better
+            if paper.get(label, 0) and (paper[label] > 0) != higher:
+                # the paper found the proposal worse: does that hold here?
+                verdict = {sig.HOLDS: sig.REVERSED, sig.REVERSED: sig.HOLDS}.get(verdict,
+                                                                                verdict)
+            out.append(ClaimResult(baseline, proposal, label, paper.get(label), c,
+                                   verdict=verdict))
+    return out
+
+
+def _paired_units(root: Path, baseline: Cell, proposal: Cell, key: str):
+    """(kind, baseline stats per seed, proposal stats per seed, units) over the seeds both
+    cells ran, or why there is no comparison (a short text for the table)."""
+    seeds = {}
+    for cell in (baseline, proposal):
+        seeds[cell.name] = {seed_of(d, cell): d for d in cell_runs(root, cell)
+                            if read_run(d).has_metrics}
+    common = sorted(set(seeds[baseline.name]) & set(seeds[proposal.name]))
+    if not common:
+        return "not run (no seed of both cells)"
+    kind, b_stats, p_stats = None, [], []
+    for seed in common:
+        try:
+            b_kind, b_ids, b = sig.run_units(seeds[baseline.name][seed], key)
+            kind, p_ids, p = sig.run_units(seeds[proposal.name][seed], key)
+        except (FileNotFoundError, ValueError) as err:
+            return f"no paired test: {err}".replace("|", "/")
+        if b_ids != p_ids:
+            return (f"no paired test: seed {seed}: the two runs' test examples differ "
+                    f"({len(b_ids)} vs {len(p_ids)} units)")
+        b_stats.append(b)
+        p_stats.append(p)
+    return kind, b_stats, p_stats, len(b_stats[0])

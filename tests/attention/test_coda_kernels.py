@@ -1,0 +1,295 @@
+"""CoDA's C++ L1 kernels (attention/_coda_l1.cpp, built and loaded by
+attention._coda_l1_ext) against the naive broadcast formula and the plain path (torch.cdist
+and its backward kernel, as with ATTNREPRO_COMPILE=0): values and gradients in float32 and
+float64, sizes that leave a tail in every tile, ties (sign(0) = 0), masks and padded rows,
+threads, the build cache, and the fallback when the build fails."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+
+from attention.functional import coda as coda_fn
+from attention.functional import l1_distance
+from attention.masking import causal_mask
+from tests.attention.test_coda import compare
+from tests.conftest import break_native_library
+
+ext = importlib.import_module("attention._coda_l1_ext")
+
+native_lib = importlib.import_module("attention._native")
+kernels = importlib.import_module("attention._coda_kernels")
+compiled = importlib.import_module("attention._compiled")
+impl = importlib.import_module("attention.coda")
+
+#: (N, r, Lk, d): single elements, tails of the forward tiles (4 rows x 32/64 keys) and of the
+#: gradient tiles (8 rows, vectors of 16/8 along d), d below and above one vector
+SHAPES = [(1, 1, 1, 1), (2, 3, 5, 7), (3, 9, 70, 20), (2, 33, 129, 64), (1, 17, 300, 3),
+          (4, 16, 64, 16), (2, 8, 96, 40)]
+DTYPES = [torch.float32, torch.float64]
+
+
+@pytest.fixture
+def native(monkeypatch):
+    """The C++ kernels on (skipped without a C++ compiler); the element-wise part runs
+    eagerly, so no torch.compile time is spent."""
+    if native_lib.compiler() is None:
+        pytest.skip("no C++ compiler")
+    monkeypatch.setattr(compiled, "COMPILE", True)
+    monkeypatch.setattr(ext.LIBRARY, "enabled", True)
+    assert ext.library() is not None, "the C++ kernels failed to build (see the warning)"
+    monkeypatch.setattr(impl, "_OPS", kernels.BlockOps(impl._factors, impl._forward_block,
+                                                       impl._backward_block))
+
+
+def ints(*shape, generator, dtype, low=-3, high=4):
+    """Small integers: many ties, and sums exact in float32 as in float64."""
+    return torch.randint(low, high, shape, generator=generator).to(dtype)
+
+
+def naive_l1(q, k):
+    return (q[..., :, None, :] - k[..., None, :, :]).abs().sum(-1)
+
+
+def naive_grads(w, e, q, k):
+    """The gradients of sum_ij (w_ij D_ij + e_ij q_i.k_j), with torch.sign (sign(0) = 0)."""
+    s = torch.sign(q[:, :, None, :] - k[:, None, :, :])  # (N,r,Lk,d)
+    gq = (w[..., None] * s).sum(2)
+    gk = -(w[..., None] * s).sum(1)
+    if e is not None:
+        gq, gk = gq + e @ k, gk + e.transpose(1, 2) @ q
+    return gq, gk
+
+
+# -- the kernels -------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_distance_and_dot_are_exact_on_integers(native, dtype, shape):
+    n, r, lk, d = shape
+    g = torch.Generator().manual_seed(sum(shape))
+    q, k = ints(n, r, d, generator=g, dtype=dtype), ints(n, lk, d, generator=g, dtype=dtype)
+    assert torch.equal(ext.distance(q, k), naive_l1(q, k))
+    dot, dist = ext.products(q, k)
+    assert torch.equal(dist, naive_l1(q, k)) and torch.equal(dot, q @ k.transpose(1, 2))
+    for d2 in (d, 5):  # a third product a.b in the same pass, of another width
+        a, b = ints(n, r, d2, generator=g, dtype=dtype), ints(n, lk, d2, generator=g, dtype=dtype)
+        dot, dist, ab = ext.products(q, k, a, b)
+        assert torch.equal(dist, naive_l1(q, k)) and torch.equal(dot, q @ k.transpose(1, 2))
+        assert torch.equal(ab, a @ b.transpose(1, 2))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_distance_and_dot_on_random_values(native, dtype, shape):
+    n, r, lk, d = shape
+    g = torch.Generator().manual_seed(sum(shape) + 1)
+    q, k = (torch.randn(n, x, d, generator=g, dtype=dtype) for x in (r, lk))
+    a, b = torch.randn(n, r, 9, generator=g, dtype=dtype), torch.randn(n, lk, 9, generator=g,
+                                                                       dtype=dtype)
+    dot, dist, ab = ext.products(q, k, a, b)
+    tol = dict(atol=1e-4, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(dist.double(), naive_l1(q.double(), k.double()), **tol)
+    torch.testing.assert_close(dot.double(), q.double() @ k.double().transpose(1, 2), **tol)
+    torch.testing.assert_close(ab.double(), a.double() @ b.double().transpose(1, 2), **tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_e", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_gradients_are_exact_on_integers_with_ties(native, dtype, with_e, shape):
+    """Integer q, k: ties q_it == k_jt everywhere, where sign(0) = 0 must hold; the gradient
+    of k is added to what the buffer holds."""
+    n, r, lk, d = shape
+    g = torch.Generator().manual_seed(sum(shape) + 2)
+    q, k = ints(n, r, d, generator=g, dtype=dtype), ints(n, lk, d, generator=g, dtype=dtype)
+    w = ints(n, r, lk, generator=g, dtype=dtype)
+    e = ints(n, r, lk, generator=g, dtype=dtype) if with_e else None
+    start = ints(n, lk, d, generator=g, dtype=dtype)
+    grad_k = start.clone()
+    grad_q = ext.grads(w, q, k, grad_k, e)
+    want_q, want_k = naive_grads(w, e, q, k)
+    assert torch.equal(grad_q, want_q) and torch.equal(grad_k, start + want_k)
+    assert torch.equal(ext.grads(w, q, k, None, e), want_q)  # no gradient of k wanted
+    buffer = torch.empty_like(q)
+    assert ext.grads(w, q, k, None, e, out=buffer) is buffer and torch.equal(buffer, want_q)
+    strided = torch.zeros(n, d, lk, dtype=dtype).transpose(1, 2)  # not contiguous
+    ext.grads(w, q, k, strided, e)
+    assert torch.equal(strided, want_k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sign_of_zero_is_zero(native, dtype):
+    """q == k in every coordinate (and -0.0 against 0.0): the L1 term adds nothing."""
+    g = torch.Generator().manual_seed(3)
+    k = torch.randn(2, 40, 24, generator=g, dtype=dtype)
+    q = k[:, :9].clone()
+    q[0, 0] = -0.0
+    k[0, 0] = 0.0
+    w = torch.randn(2, 9, 40, generator=g, dtype=dtype)
+    grad_k = torch.zeros_like(k)
+    grad_q = ext.grads(w, q, k, grad_k)
+    want_q, want_k = naive_grads(w, None, q, k)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else {}
+    torch.testing.assert_close(grad_q, want_q, **tol)
+    torch.testing.assert_close(grad_k, want_k, **tol)
+    # the one row of q that equals a row of k: that key's term is exactly 0 for both
+    single = ext.grads(w[:, :1, :1], q[:, :1], k[:, :1], None)
+    assert torch.equal(single, torch.zeros_like(single))
+
+
+@pytest.mark.parametrize("n", [1, 3, 16])
+def test_threads_do_not_change_the_result(native, n):
+    """One thread against several, also when a few matrices are split over threads by keys
+    (partial gradients of q summed afterwards): every term counted once.  On integers, so
+    exact whatever the order; on random floats another thread count may sum the partial
+    gradients in another order (last bits; docs/reproducibility.md, Determinism)."""
+    g = torch.Generator().manual_seed(4)
+    q, k = ints(n, 37, 24, generator=g, dtype=torch.float32), ints(n, 300, 24, generator=g,
+                                                                   dtype=torch.float32)
+    w, e = (ints(n, 37, 300, generator=g, dtype=torch.float32) for _ in range(2))
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for count in (1, 2, 3):
+            torch.set_num_threads(count)
+            grad_k = torch.zeros_like(k)
+            results.append((*ext.products(q, k, w[:, :, :24], k), ext.grads(w, q, k, grad_k, e),
+                            grad_k))
+    finally:
+        torch.set_num_threads(threads)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert torch.equal(a, b)
+
+
+# -- CoDA through the C++ kernels --------------------------------------------------------------
+OPTIONS = [dict(gate="scaled"), dict(gate="centered", center_e=True),
+           dict(gate="centered", center_e=True, center_rows=True),
+           dict(gate="plain", e_fn="sigmoid", n_fn="arctan")]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(map(str, o.values())))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_coda_matches_the_paper_with_masks(native, dtype, options):
+    """Values and gradients against the naive formula, with padded keys, padded query rows
+    (a pair mask) and a causal mask, on sizes with tails."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 3, 11, 20, generator=g, dtype=dtype, requires_grad=True)
+               for _ in range(3))
+    key_mask = torch.ones(2, 11, dtype=torch.bool)
+    key_mask[1, 7:] = False
+    pair = key_mask[:, None, :, None] & key_mask[:, None, None, :]
+    tol = dict(atol=2e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=1e-10, rtol=1e-7)
+    for mask in (None, key_mask[:, None, None, :], pair, pair & causal_mask(11, 11)):
+        compare(q, k, v, mask, **tol, **options)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_coda_ties_match_the_paper(native, dtype):
+    g = torch.Generator().manual_seed(6)
+    q, k = (ints(2, 2, 13, 16, generator=g, dtype=dtype).requires_grad_() for _ in range(2))
+    v = torch.randn(2, 2, 13, 5, generator=g, dtype=dtype, requires_grad=True)
+    tol = dict(atol=2e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=1e-10, rtol=1e-7)
+    compare(q, k, v, **tol, gate="scaled")
+    compare(q, q, v, **tol, gate="centered")  # q_i == k_i: every diagonal entry a tie
+
+
+def test_native_and_plain_paths_agree_on_a_benchmark_like_size(native, monkeypatch):
+    """float32 at a size with several tiles (and tails): the C++ path against the plain
+    path (ATTNREPRO_COMPILE=0: torch.cdist), values and every gradient."""
+    monkeypatch.setattr(kernels, "BLOCK_BYTES", 1 << 16)  # many tiles
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 4, 70, 64, generator=g, requires_grad=True) for _ in range(3))
+    c = torch.randn(2, 4, 70, 64, generator=g)
+    key_mask = (torch.arange(70) < torch.tensor([[70], [51]]))[:, None, None, :]
+
+    def run():
+        out = coda_fn(q, k, v, key_mask, gate="scaled")[0]
+        return (out, *torch.autograd.grad((out * c).sum(), (q, k, v)))
+
+    fast = run()
+    monkeypatch.setattr(compiled, "COMPILE", False)
+    assert not ext.supports(q.detach())
+    plain = run()
+    for a, b in zip(fast, plain):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_gradcheck_through_the_native_kernels(native):
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(2, 5, 6, generator=g, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    mask = torch.rand(2, 5, 5, generator=g) > 0.2
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: coda_fn(q, k, v, mask, gate="centered", center_e=True,
+                                center_rows=False), (q, k, v))
+    assert torch.autograd.gradcheck(l1_distance, (q, k))
+
+
+def test_no_allocation_of_the_broadcast(native):
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(4, 64, 32, generator=g, requires_grad=True) for _ in range(3))
+    broadcast = 4 * 64 * 64 * 32 * 4
+    with torch.profiler.profile(profile_memory=True) as prof:
+        out = coda_fn(q, k, v)[0]
+        out.sum().backward()
+    assert max(e.cpu_memory_usage for e in prof.events()) < broadcast / 8
+
+
+# -- building -----------------------------------------------------------------------------------
+def test_the_build_is_cached_per_source_and_flags(native, monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    path = ext.LIBRARY.build()
+    assert path.parent == tmp_path / "attnrepro_coda_l1" and path.exists()
+    assert ext.LIBRARY.build_seconds is not None and ext.LIBRARY.build_seconds > 0
+    mtime = path.stat().st_mtime_ns
+    assert ext.LIBRARY.build() == path and path.stat().st_mtime_ns == mtime  # not rebuilt
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
+    # other flags (another CPU capability): their own file
+    monkeypatch.setattr(native_lib, "isa_flags", lambda: ["-DATTNREPRO_OTHER_FLAGS"])
+    assert ext.LIBRARY.build() != path
+
+
+def test_isa_flags_follow_torchs_cpu_capability(monkeypatch):
+    monkeypatch.setattr(native_lib.platform, "machine", lambda: "x86_64")
+    for capability, flag in [("AVX512", "-mavx512f"), ("AVX2", "-mavx2"), ("DEFAULT", None)]:
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        flags = native_lib.isa_flags()
+        assert (flag in flags) if flag else flags == []
+        assert "-march=native" not in flags
+    monkeypatch.setattr(native_lib.platform, "machine", lambda: "aarch64")
+    assert native_lib.isa_flags() == []
+
+
+def test_a_failing_build_falls_back_with_one_warning(monkeypatch, tmp_path):
+    """A source that does not compile (as a missing compiler would): one warning, then the
+    plain path, still exact."""
+    break_native_library(monkeypatch, tmp_path, ext.LIBRARY)
+    monkeypatch.setattr(impl, "_OPS", kernels.BlockOps(impl._factors, impl._forward_block,
+                                                       impl._backward_block))
+    # the compiled L1 kernels off as well: torch.cdist runs, no torch.compile time
+    for name in ("l1", "l1_grads"):
+        kernel = getattr(kernels, name)
+        dims = ",".join(kernel.fallback.inputs) + "->" + ",".join(kernel.fallback.outputs)
+        fallback = compiled.PaddedKernel(kernel.fallback.fn, dims)
+        fallback.failed = True
+        monkeypatch.setattr(kernels, name, kernels.NativeKernel(kernel.native, fallback))
+    g = torch.Generator().manual_seed(10)
+    q, k, v = (torch.randn(2, 5, 4, generator=g, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    with pytest.warns(UserWarning, match="building the CoDA L1 kernels failed"):
+        compare(q, k, v, gate="centered")
+    assert ext.library() is None and not ext.supports(q)
+    assert not os.listdir(tmp_path / "cache" / "attnrepro_coda_l1")  # no partial library
+
+
+def test_switched_off_by_the_environment(monkeypatch):
+    monkeypatch.setattr(ext.LIBRARY, "enabled", False)
+    assert ext.library() is None and not ext.supports(torch.zeros(1, 1, 1))
+    monkeypatch.setattr(ext.LIBRARY, "enabled", True)
+    monkeypatch.setattr(compiled, "COMPILE", False)  # ATTNREPRO_COMPILE=0
+    assert ext.library() is None
+    assert not ext.supports(torch.zeros(1, 1, 1, dtype=torch.float16))

@@ -1,0 +1,224 @@
+"""The benchmark harness on tiny sizes: every row has the documented keys, the baselines'
+ratios are exactly 1, and the markdown report is written (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = {"mechanism", "context", "B", "H", "L", "d", "fwd_bwd_ms", "peak_mb",
+        "ratio_time_vs_softmax", "ratio_mem_vs_softmax"}
+
+
+def run_harness(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ATTNREPRO_COMPILE": "0"}  # CoDA's kernels eagerly: no compile time
+    return subprocess.run([sys.executable, "-m", "benchmarks.attention", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    report = tmp_path_factory.mktemp("bench") / "README.md"
+    proc = run_harness("--quick", "--json", "--mechanisms", "softmax,coda",
+                       "--markdown", str(report))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads(line) for line in proc.stdout.splitlines()], report
+
+
+def test_rows_have_the_keys_and_every_context(quick):
+    rows, _ = quick
+    for row in rows:
+        assert KEYS <= row.keys(), row
+        assert row["fwd_bwd_ms"] > 0 and row["peak_mb"] is not None and "others_cpu" in row
+    seen = {(r["mechanism"], r["context"]) for r in rows}
+    for context in ("multihead", "alignment", "decoder", "decoder_step"):
+        assert {("softmax", context), ("coda", context)} <= seen
+    assert sorted({r["L"] for r in rows if r["context"] == "multihead"}) == [8, 16]
+
+
+def test_baselines_have_ratio_one(quick):
+    rows, _ = quick
+    softmax = [r for r in rows if r["mechanism"] == "softmax" and r["context"] in
+               ("multihead", "alignment")]
+    assert len(softmax) == 3
+    for row in softmax + [r for r in rows if r["mechanism"] == r["baseline"]]:
+        assert row["ratio_time_vs_softmax"] == 1.0 and row["ratio_mem_vs_softmax"] == 1.0
+    coda = next(r for r in rows if r["mechanism"] == "coda" and r["context"] == "multihead")
+    base = next(r for r in softmax if r["L"] == coda["L"])
+    assert coda["ratio_time_vs_softmax"] == pytest.approx(coda["fwd_bwd_ms"] / base["fwd_bwd_ms"])
+
+
+def test_markdown_report(quick):
+    _, report = quick
+    text = report.read_text()
+    assert "## Method" in text and "VmHWM" in text and "torch" in text
+    assert "| coda | 8 |" in text and "## decoder_step" in text
+
+
+def test_one_isolated_case():
+    proc = run_harness("--quick", "--json", "--isolate", "--mechanisms", "softmax",
+                       "--lengths", "4", "--contexts", "multihead")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert row["context"] == "multihead" and row["L"] == 4 and row["peak_mb"] is not None
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--mechanisms", "nonesuch"], "unknown mechanism"),
+    (["--lengths", "8,x"], "--lengths"),
+    (["--contexts", "multihead,nowhere"], "--contexts"),
+])
+def test_bad_arguments_are_named(capsys, args, message):
+    from benchmarks.attention import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quick", *args])
+    assert exit_info.value.code != 0 and message in capsys.readouterr().err
+
+
+def test_nli_step_benchmark_times_every_model_against_vanilla(shared):
+    shared("snli/snli_1.0_dev.first1288.jsonl")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.nli_step", "--json", "--steps", "3",
+                           "--warmup", "1", "--hidden", "8"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["model"] for r in rows] == ["vanilla", "exact K=3", "latent K=4", "exact K=4"]
+    assert rows[0]["ratio_vs_vanilla"] == 1.0
+    assert all(r["steps"] == 3 and r["step_ms"] > 0 for r in rows)
+
+
+def test_model_cost_benchmark_interleaves_every_mechanism_against_softmax(shared):
+    """benchmarks.model_cost on tiny sizes: every mechanism of the cost grid timed on the
+    same SST batches, softmax's ratio 1 with a zero-width interval, each interval around its
+    ratio; a bad mechanism list is one line naming the valid ones."""
+    shared("sst_ptb")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.model_cost", "--json", "--rounds",
+                           "2", "--steps", "2", "--warmup", "1", "--d-model", "16",
+                           "--threads", "1"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["mechanism"] for r in rows] == ["softmax", "relative", "localness", "window-mw",
+                                              "window-aw", "coda"]
+    assert rows[0]["ratio_vs_softmax"] == rows[0]["ratio_low"] == rows[0]["ratio_high"] == 1.0
+    for r in rows:
+        assert r["steps"] == 4 and r["steps_per_s"] > 0  # 2 rounds x 2 batches
+        assert r["ratio_low"] <= r["ratio_vs_softmax"] <= r["ratio_high"]
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.model_cost", "--mechanisms",
+                          "window-aw,nope"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode != 0 and "--mechanisms must include 'softmax'" in bad.stderr
+
+
+def test_model_cost_cells_become_the_models_arguments():
+    """Each cell of dwin_mt's cost grid, as model_cost builds it: the mechanism and its
+    options per module, the layers, numbers as numbers; a malformed flag in one line."""
+    from benchmarks.model_cost import cell_arguments
+    from lit_models.mt_rows import COST_ROWS
+
+    assert cell_arguments(COST_ROWS["transformer"]) == {}
+    assert cell_arguments(COST_ROWS["coda"]) == {"attention": {"name": "coda"}}
+    assert cell_arguments(COST_ROWS["enc_mw"]) == {
+        "encoder_attention": {"name": "window", "variant": "mw"}, "attention_layers": 3}
+    assert cell_arguments(COST_ROWS["enc_aw-cr_aw_seg-dec_mw"]) == {
+        "encoder_attention": {"name": "window", "variant": "aw"},
+        "cross_attention": {"name": "window", "variant": "aw", "segment_size": 5},
+        "decoder_attention": {"name": "window", "variant": "mw"}, "attention_layers": 3}
+    with pytest.raises(ValueError, match="--model.NAME=VALUE"):
+        cell_arguments(["--trainer.max_steps=3"])
+
+
+def test_model_cost_times_the_translation_cells(shared):
+    """--model translation: the speed config's Transformer base on newstest2014 En-De
+    batches, the Transformer the baseline, the paper's window model with more parameters
+    (its boundary and local projections)."""
+    shared("wmt14_en_de")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.model_cost", "--model",
+                           "translation", "--json", "--rounds", "1", "--steps", "1", "--warmup",
+                           "0", "--threads", "1", "--mechanisms",
+                           "transformer,enc_aw-cr_aw_seg-dec_mw"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["mechanism"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert list(rows) == ["transformer", "enc_aw-cr_aw_seg-dec_mw"]
+    base, window = rows["transformer"], rows["enc_aw-cr_aw_seg-dec_mw"]
+    assert base["ratio_vs_softmax"] == 1.0 and window["steps"] == 1
+    assert window["parameters"] > base["parameters"] > 40_000_000
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.model_cost", "--model",
+                          "translation", "--mechanisms", "enc_aw"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "--mechanisms must include 'transformer'" in bad.stderr
+
+
+def test_decoding_benchmark_times_cached_against_full_decoding(tmp_path):
+    """benchmarks.decoding on tiny sizes: greedy and beam 4, each cached and re-forwarded,
+    ratios against cached greedy of the same run, the markdown section appended."""
+    report = tmp_path / "README.md"
+    report.write_text("# before\n")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.decoding", "--quick", "--json",
+                           "--markdown", str(report)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["beam"], r["cached"]) for r in rows] == [(1, True), (1, False), (4, True),
+                                                         (4, False)]
+    assert rows[0]["ratio_vs_cached_greedy"] == 1.0
+    assert all(r["sentences_per_s"] > 0 for r in rows)
+    assert {"speedup_of_cache"} <= rows[0].keys() and {"speedup_of_cache"} <= rows[2].keys()
+    text = report.read_text()
+    assert text.startswith("# before\n") and "## Incremental decoding" in text
+    assert "| beam 4 | full re-forward |" in text
+
+
+def test_profile_names_the_operators_of_each_case():
+    proc = run_harness("--quick", "--profile", "--mechanisms", "softmax,coda", "--lengths", "8",
+                       "--contexts", "multihead")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "== softmax multihead L=8" in proc.stdout and "== coda multihead L=8" in proc.stdout
+    assert "Self CPU" in proc.stdout and "aten::" in proc.stdout
+
+
+def test_interleaved_cases_take_turns_and_give_paired_intervals(tmp_path):
+    """--interleave: each length's cases in one process, a time ratio with its 95% interval
+    around it, the baseline exactly 1, tensor memory ratios; the markdown shows the
+    interval."""
+    report = tmp_path / "README.md"
+    proc = run_harness("--quick", "--json", "--mechanisms", "softmax,coda,window",
+                       "--contexts", "multihead", "--interleave", "3", "--markdown",
+                       str(report))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    names = {"softmax", "coda", "window", "window:variant=mw"}
+    assert {(r["mechanism"], r["L"]) for r in rows} == {(n, L) for n in names for L in (8, 16)}
+    for row in rows:
+        assert row["rounds"] == 3 and row["fwd_bwd_ms"] > 0 and row["peak_mb"] is None
+        assert row["ratio_low"] <= row["ratio_time_vs_softmax"] <= row["ratio_high"]
+        assert row["alloc_peak_mb"] > 0 and row["ratio_alloc_vs_softmax"] > 0
+        if row["mechanism"] == "softmax":
+            assert row["ratio_time_vs_softmax"] == row["ratio_low"] == row["ratio_high"] == 1.0
+            assert row["ratio_alloc_vs_softmax"] == 1.0
+    coda = next(r for r in rows if r["mechanism"] == "coda")
+    assert f"[{coda['ratio_low']:.2f}, {coda['ratio_high']:.2f}]" in report.read_text()
+    bad = run_harness("--quick", "--interleave", "0")
+    assert bad.returncode == 2 and "--interleave expects a number of rounds >= 1" in bad.stderr
+
+
+def test_paired_ratio_on_closed_form_cases():
+    """Twice the baseline on every pair: 2 exactly, interval [2, 2]; the same times: 1;
+    unpaired lengths refused in one line."""
+    from benchmarks import paired_ratio
+
+    base = [0.1, 0.3, 0.2, 0.5, 0.4]
+    assert paired_ratio(base, [2 * b for b in base]) == pytest.approx((2.0, 2.0, 2.0))
+    assert paired_ratio(base, base) == pytest.approx((1.0, 1.0, 1.0))
+    ratio, low, high = paired_ratio(base, [b + 0.1 for b in base])
+    assert ratio == pytest.approx(2.0 / 1.5) and low < ratio < high
+    with pytest.raises(ValueError, match="5 baseline and 4 times"):
+        paired_ratio(base, base[:4])

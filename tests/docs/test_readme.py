@@ -1,0 +1,270 @@
+"""The README stays true: its mechanism table is the registry's, every script and grid its
+feature table names exists, its two set-up commands are Makefile targets, the import arrows
+of its Layout are the imports in the code, and its links and those of docs/ resolve."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from attention.registry import context_table
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def test_mechanism_table_is_the_registrys():
+    assert context_table() in README
+
+
+def test_feature_table_names_existing_scripts_and_grids():
+    named = re.findall(r"`(\w+)\.py (\w+)`", README)
+    assert len(named) >= 8
+    for script, grid in named:
+        experiment = importlib.import_module(f"experiments.{script}").EXPERIMENT
+        assert grid in experiment.grids, (script, grid)
+
+
+def test_quickstart_commands_are_make_targets():
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("demo", "test"):
+        assert f"make {target}" in README
+        assert re.search(rf"^{target}:", makefile, re.M)
+    assert "PLACEHOLDER" not in README and "DEMO_SCALE" not in README and "RESULTS\n" not in README
+
+
+def test_the_demo_prints_committed_files():
+    """The committed results `make demo` prints after its own run (the 20,000-step curves,
+    the 100K-step runs finished so far) exist: a renamed results file breaks the demo here,
+    not on a user's first run."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    printed = re.findall(r"cat (results/\S+)", recipe)
+    assert printed, "the demo prints no committed result"
+    for path in printed:
+        assert (ROOT / path).is_file(), f"make demo prints {path}, which does not exist"
+
+
+# -- the layout: the import arrows the README states are the imports in the code --------------
+PACKAGES = ("attention", "fileio", "datamodules", "lit_models", "experiments", "benchmarks",
+            "notebooks")
+
+
+def test_every_package_is_in_the_layout():
+    """Every top-level folder of tracked Python code or notebooks (tests/ aside) is one of
+    PACKAGES, so a new package cannot be left out of the README's arrows."""
+    listed = subprocess.run(["git", "ls-files", "*.py", "*.ipynb"], cwd=ROOT, text=True,
+                            capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    folders = {Path(f).parts[0] for f in listed.stdout.splitlines() if len(Path(f).parts) > 1}
+    assert folders - {"tests"} == set(PACKAGES)
+
+
+def _imported_modules(source: str) -> set[str]:
+    """Top-level names of every absolute import in ``source`` (at any depth of the file)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _notebook_code(path: Path) -> str:
+    """The code cells of a notebook, IPython magics and shell lines left out."""
+    cells = json.loads(path.read_text())["cells"]
+    lines = []
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            source = "".join(cell["source"])
+            lines += [line for line in source.splitlines()
+                      if not line.lstrip().startswith(("%", "!"))]
+    return "\n".join(lines)
+
+
+def package_imports() -> dict[str, set[str]]:
+    """For each package, the other packages its files import."""
+    edges = {package: set() for package in PACKAGES}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*")):
+            if path.suffix == ".py":
+                source = path.read_text()
+            elif path.suffix == ".ipynb" and ".ipynb_checkpoints" not in path.parts:
+                source = _notebook_code(path)
+            else:
+                continue
+            try:
+                imported = _imported_modules(source)
+            except SyntaxError as e:
+                raise AssertionError(f"{path.relative_to(ROOT)} does not parse: {e}") from e
+            edges[package] |= (imported & set(PACKAGES)) - {package}
+    return edges
+
+
+def readme_arrows() -> dict[str, set[str]]:
+    """The arrows of the README's Layout section: ``    package -> a, b`` or ``-> nothing``."""
+    layout = README.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    arrows = {}
+    for source, targets in re.findall(r"^ {4}(\w+) +-> +(.+)$", layout, re.M):
+        assert source not in arrows, f"README: two arrow lines for {source}"
+        names = [t.strip() for t in targets.split(",")]
+        arrows[source] = set() if names == ["nothing"] else set(names)
+    return arrows
+
+
+def test_layout_comes_first():
+    assert re.findall(r"^## (.+)$", README, re.M)[0] == "Layout"
+
+
+def test_layout_arrows_are_the_imports():
+    arrows, imports = readme_arrows(), package_imports()
+    assert set(arrows) == set(PACKAGES), "README's Layout needs one arrow line per package"
+    for package in PACKAGES:
+        assert arrows[package] <= set(PACKAGES), (package, arrows[package])
+        assert arrows[package] == imports[package], (
+            f"README says {package} -> {sorted(arrows[package])}, the code imports "
+            f"{sorted(imports[package])}")
+
+
+def test_package_imports_are_read():
+    # the parser sees what the code holds: lit_models' modules import attention
+    assert "attention" in package_imports()["lit_models"]
+    assert _imported_modules("import a.b\nfrom c.d import e\nfrom . import f\n") == {"a", "c"}
+
+
+# -- links between the README and docs/ -------------------------------------------------------
+def _anchors(text: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+def test_links_point_to_existing_files_and_headings():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    assert len(pages) > 5
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"\w+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            assert linked.exists(), f"{page.relative_to(ROOT)}: link to missing {target}"
+            if anchor and linked.suffix == ".md":
+                assert anchor in _anchors(linked.read_text()), \
+                    f"{page.relative_to(ROOT)}: no heading for #{anchor} in {path or page.name}"
+
+
+def test_readme_links_every_docs_page():
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        assert f"docs/{page.relative_to(ROOT / 'docs').as_posix()}" in README, page
+
+
+# -- docs/papers.md and docs/design.md name code that exists ----------------------------------
+def _code_names() -> set[str]:
+    """Every name the packages define or use: functions, classes, arguments, assignments,
+    attributes."""
+    names = set()
+    for package in ("attention", "lit_models", "datamodules", "experiments"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                    names.add(node.name)
+                elif isinstance(node, ast.arg):
+                    names.add(node.arg)
+                elif isinstance(node, ast.Name):
+                    names.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    names.add(node.attr)
+    return names
+
+
+def _looks_like_code(word: str) -> bool:
+    """A function, class or constant name, not a symbol of an equation (`Lq`, `h_j`, `phi_l`)
+    or a flag value (`mw`): snake_case of words of 2+ letters, CapWords, or CONSTANT_NAMES."""
+    if re.fullmatch(r"[a-z][a-z0-9]+(_[a-z0-9]{2,})+", word):
+        return True
+    if re.fullmatch(r"[A-Z][a-z0-9]{2,}([A-Z][a-z0-9]*)*", word):
+        return True
+    return bool(re.fullmatch(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)+", word))
+
+
+def test_docs_name_existing_files_and_code():
+    names = _code_names()
+    packages = r"(?:attention|lit_models|datamodules|experiments)"
+    for page in ("papers.md", "design.md"):
+        text = (ROOT / "docs" / page).read_text()
+        for path in re.findall(rf"`({packages}/[\w/.]+)`", text):
+            assert (ROOT / path).exists(), f"docs/{page} names {path}, which does not exist"
+        for token in re.findall(r"`([A-Za-z_][\w.]*)`", text):
+            if token.split(".")[0] == "torch" or token.endswith((".py", ".md", ".cpp")):
+                continue
+            for part in filter(_looks_like_code, token.split(".")):
+                assert part in names, f"docs/{page} names `{token}`: no {part} in the code"
+    assert _looks_like_code("quasi_attention") and _looks_like_code("CodaMultiHead")
+    assert not any(map(_looks_like_code, ("Lq", "h_j", "phi_l", "mw", "MQT")))
+
+
+def test_named_files_exist():
+    """Every file of the repository that the README or a docs page names by its path."""
+    folders = ("attention|lit_models|datamodules|experiments|benchmarks|fileio|notebooks|tests"
+               "|results")
+    pattern = rf"(?<![\w/.])((?:{folders})/[\w/.\-]*\.(?:py|ipynb|md|yaml|csv|png|cpp|h|sh))"
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = re.sub(r"\]\([^)]*\)", "]", page.read_text())  # links: relative, tested above
+        for path in set(re.findall(pattern, text)):
+            assert (ROOT / path).exists(), f"{page.relative_to(ROOT)} names {path}: not there"
+
+
+def test_named_modules_exist():
+    """Every `package.module` (and `package.module.Name`) the README or a docs page names: a
+    module of the repository, and a name that module defines or imports."""
+    pattern = r"(?<![\w.\-/])((?:attention|lit_models|datamodules|experiments|benchmarks|fileio)" \
+              r"(?:\.\w+)+)"
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for dotted in set(re.findall(pattern, page.read_text())):
+            parts = dotted.split(".")
+            for i in range(len(parts), 0, -1):
+                base = ROOT.joinpath(*parts[:i])
+                module = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+                if module.exists():
+                    break
+            else:
+                raise AssertionError(f"{page.relative_to(ROOT)} names {dotted}: no such module")
+            for name in parts[i:i + 1]:  # a name defined in or imported by the module
+                assert name in _imported_or_defined(module), \
+                    f"{page.relative_to(ROOT)} names {dotted}: no {name} in {module.name}"
+
+
+def _imported_or_defined(module: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
+def test_claims_counts_are_the_boards():
+    """The README's count of the claims board (how many claims, how many hold, are not
+    significant, reversed, not run) is the committed board's 'all' row."""
+    board = (ROOT / "results" / "CLAIMS.md").read_text()
+    total, *counts = re.search(r"^\| all \| (\d+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|$", board,
+                               flags=re.M).groups()
+    said = re.sub(r"\s+", " ", README)
+    assert f"every claim a grid names ({total})" in said
+    today = said.split("Today: ", 1)[1]
+    said_counts = [re.search(pattern, today).group(1) for pattern in
+                   (r"^(\d+) hold", r"(\d+) not significant", r"(\d+) reversed",
+                    r"(\d+) not run here")]
+    assert said_counts == counts
