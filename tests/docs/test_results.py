@@ -68,12 +68,14 @@ REPORTS = [
      "experiments/coda_mlu.py", ["table6_chosen", "--config", "table6_100k", "--curve"]),
     ("imdb_table5.md", "## CoDA Table 5, IMDb column", "imdb_table5_runs",
      "experiments/coda_sentiment.py", ["table5", "--config", "paper"]),
+    ("imdb_table5.md", "## Differentiable Window Table 5, IMDB column", "imdb_table5_runs",
+     "experiments/dwin_classification.py", ["table5", "--config", "paper"]),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, section, folder, script, args", REPORTS,
-                         ids=[r[0] for r in REPORTS])
+                         ids=[f"{r[0]}:{Path(r[3]).stem}" for r in REPORTS])
 def test_report_comes_out_of_the_committed_runs(tmp_path, name, section, folder, script, args):
     """The command the file names, on a copy of the committed runs (report writes nothing,
     and a test never writes into tracked files), prints the committed table to the byte."""
