@@ -48,8 +48,10 @@ from experiments.harness.grid_model import (
     Grid,
     shown_path,
 )
-from experiments.harness.markdown import CLAIMS_HEADER, table_row
+from experiments.harness.markdown import CLAIMS_HEADER_START, table_row
+from experiments.harness.not_run import why_not_run
 from experiments.harness.runs import configs_with_runs
+from experiments.harness.scale import Scale, grid_scales
 from experiments.harness.significance import HOLDS, NOT_SIGNIFICANT, REVERSED
 from experiments.harness.verdicts import ONE_SEED, ONE_SEED_NOTE, claim_labels, claim_results
 from fileio import write_atomic
@@ -64,9 +66,13 @@ PAPERS = {"coda": "CoDA (Tay et al. 2019)",
           # no paper: the suite's own comparison of every mechanism (attention_compare.py)
           "attention": "Which attention? (every mechanism on one recipe; no paper)"}
 NOT_RUN = "not run here"
-VERDICTS = (HOLDS, NOT_SIGNIFICANT, REVERSED, NOT_RUN)
+#: runs of the claim's cells exist (a results file prints them) but no paired test of them
+NO_TEST = "measured, no paired test"
+VERDICTS = (HOLDS, NOT_SIGNIFICANT, REVERSED, NO_TEST, NOT_RUN)
 #: the line of a report that names the grid and config of the table below it
 REPORT_LINE = re.compile(r"^(\w+) grid (\S+), config (\S+) \(", re.M)
+#: a grid command a results file shows (its table printed without report's grid line)
+GRID_COMMAND = re.compile(r"experiments/(\w+)\.py grid (\S+) (?:.* )?--config (\w+)")
 
 
 def experiment_scripts() -> list[Experiment]:
@@ -92,16 +98,27 @@ class Measured:
 
 @dataclass(frozen=True)
 class Evidence:
-    """A claim's measurements at one config, and where they come from."""
+    """A claim's measurements at one config of one grid, and where they come from."""
 
     config: str
     measured: tuple[Measured, ...]
     source: str  # "runs" (recomputed) or "printed"
     where: Path  # the runs folder or the results file
+    scale: Scale  # of the claim's cells at the config (experiments/harness/scale.py)
+    grid: str = ""  # "<experiment> <grid>": where the claim was measured
 
     def rank(self) -> tuple:
+        """Most faithful first when sorted descending: a measurement (not smoke, the real
+        data), the share of the paper config's budget, its model and batch, then seeds and
+        test units."""
         first = self.measured[0]
-        return (self.config != "smoke", first.seeds, first.units, self.source == "runs")
+        return (*self.scale.rank(), first.seeds, first.units, self.source == "runs")
+
+    def at(self) -> str:
+        """Where and at what scale it was measured, as the board says it."""
+        first = self.measured[0]
+        return (f"{self.grid}, config {self.config} ({self.scale.short()}; "
+                f"{first.seeds} x {first.units:,}): {first.verdict}")
 
 
 @dataclass(frozen=True)
@@ -113,6 +130,8 @@ class Untested:
     why: str
     source: str
     where: Path
+    scale: Scale
+    grid: str = ""
 
 
 # -- evidence ---------------------------------------------------------------------------------
@@ -131,9 +150,11 @@ def recomputed(experiment: Experiment, grid: Grid, runs: list[Path]
     runs of ``grid``, by the paired tests ``report`` prints (:func:`claim_results`), or why there is
     none."""
     out: dict[tuple[str, str], list] = {}
+    at = f"{experiment.name} {grid.name}"
     for folder in runs:
         for config in configs_with_runs(experiment, grid, folder):
             root = folder / experiment.name / f"{grid.name}-{config}"
+            scales = grid_scales(experiment, grid, config)
             by_claim: dict[tuple[str, str], list] = {}
             for r in claim_results(experiment, grid, config, root=root):
                 by_claim.setdefault((r.baseline, r.proposal), []).append(r)
@@ -144,8 +165,8 @@ def recomputed(experiment: Experiment, grid: Grid, runs: list[Path]
                              f"{r.comparison.row()['proposal']}", r.comparison.row()["diff"],
                              f"{r.comparison.row()['p']} ({r.comparison.test})",
                              r.shown_verdict, r.comparison.seeds, r.comparison.units)
-                    for r in tested), "runs", folder) if tested
-                    else Untested(config, results[0].why, "runs", folder))
+                    for r in tested), "runs", folder, scales[pair[0]], at) if tested
+                    else Untested(config, results[0].why, "runs", folder, scales[pair[0]], at))
     return out
 
 
@@ -179,13 +200,14 @@ def printed_claims(path: Path
     out: dict = {}
     for mark, end in report_spans(text):
         block = text[mark.end():end]
-        if CLAIMS_HEADER not in block:
+        if CLAIMS_HEADER_START not in block:
             continue
-        rows = block.split(CLAIMS_HEADER, 1)[1].splitlines()[2:]
+        rows = block.split(CLAIMS_HEADER_START, 1)[1].splitlines()[2:]
         for line in rows:
             if not line.startswith("|"):
                 break
-            claim, label, _, values, diff, p, verdict, seeds_units = table_row(line)
+            # (a report printed before the scale column has eight cells)
+            claim, label, _, values, diff, p, verdict, seeds_units = table_row(line)[:8]
             key = mark.groups()
             if not diff:  # not run, no paired test: the report's reason
                 out.setdefault(key, {}).setdefault(claim, []).append(values)
@@ -201,29 +223,65 @@ def printed_claims(path: Path
 def printed(experiment: Experiment, grid: Grid
             ) -> dict[tuple[str, str], list[Evidence | Untested]]:
     """(baseline, proposal) -> the claim's evidence printed into results/*.md, or the
-    reports of its grid there that did not test it."""
+    reports of its grid there that did not test it (a table printed without its claims, or
+    a file that shows the grid's command and its table without report's grid line).  A
+    claim printed from a smoke config or synthetic data gets no verdict, whatever the file
+    says."""
     out: dict[tuple[str, str], list] = {}
+    at = f"{experiment.name} {grid.name}"
     for path in sorted(RESULTS.glob("*.md")):
         if path.name in ("README.md", BOARD.name):
             continue
         text = path.read_text()
         found = printed_claims(path)
-        for m in REPORT_LINE.finditer(text):
-            name, grid_name, config = m.groups()
-            if (name, grid_name) != (experiment.name, grid.name):
+        reports = {m.group(3) for m in REPORT_LINE.finditer(text)
+                   if m.groups()[:2] == (experiment.name, grid.name)}
+        # a file with the grid's command and a table of its own, no report of the grid
+        commands = {} if reports else ran_cells(text, experiment, grid)
+        for config in sorted(reports | set(commands)):
+            if config not in experiment.configs():
                 continue
-            claims = found.get(m.groups(), {})
+            scales = grid_scales(experiment, grid, config)
+            claims = found.get((experiment.name, grid.name, config), {})
             for baseline, proposal in grid.claims:
                 rows = claims.get(f"{proposal} vs {baseline}", [])
-                measured = tuple(r for r in rows if isinstance(r, Measured))
-                why = next((r for r in rows if isinstance(r, str)),
-                           f"{path.name} prints config {config}'s table without it: printed "
+                scale = scales[baseline]
+                measured = tuple(r if scale.measurement else
+                                 Measured(r.label, r.values, r.diff, r.p, scale.no_verdict(),
+                                          r.seeds, r.units)
+                                 for r in rows if isinstance(r, Measured))
+                why = next((r for r in rows if isinstance(r, str)), None)
+                if why is None and not measured:
+                    if not all(_has_numbers(text, cell) and cell in commands.get(config, {cell})
+                               for cell in (baseline, proposal)):
+                        continue  # its table does not hold both cells
+                    why = (f"{path.name} prints config {config}'s table without it: printed "
                            f"before report tested claims, or its runs' per-example files are "
                            f"not committed")
                 out.setdefault((baseline, proposal), []).append(
-                    Evidence(config, measured, "printed", path) if measured else
-                    Untested(config, why, "printed", path))
+                    Evidence(config, measured, "printed", path, scale, at) if measured else
+                    Untested(config, why, "printed", path, scale, at))
     return out
+
+
+def ran_cells(text: str, experiment: Experiment, grid: Grid) -> dict[str, set[str]]:
+    """config -> the cells of ``grid`` the grid commands shown in ``text`` ran (every cell
+    of a command without ``--cells``)."""
+    out: dict[str, set[str]] = {}
+    for m in GRID_COMMAND.finditer(text):
+        if m.groups()[:2] != (experiment.name, grid.name):
+            continue
+        line = text[m.start():text.find("\n", m.start())]
+        named = re.search(r"--cells ((?:[\w.-]+ ?)+)", line)
+        cells = set(named.group(1).split()) if named else {c.name for c in grid.cells}
+        out.setdefault(m.group(3), set()).update(cells)
+    return out
+
+
+def _has_numbers(text: str, cell: str) -> bool:
+    """Whether a table row of ``text`` is the cell's, with a number in it (not 'not run')."""
+    return any(re.search(r"\d", " ".join(table_row(line)[1:])) and "not run" not in line
+               for line in re.findall(rf"^\| {re.escape(cell)} \|.*$", text, re.M))
 
 
 def results_file(evidence: Evidence) -> str:
@@ -279,13 +337,17 @@ def setting(experiment: Experiment, grid: Grid, config: str) -> list[str]:
 # -- the board --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Row:
+    """A claim on the board: a paper's claim once (wherever grids name it), a grid's own
+    comparison once per grid."""
+
     experiment: Experiment
     grid: Grid
     baseline: str
     proposal: str
     paper_diff: str
-    evidence: Evidence | Untested | None  # the best evidence, else why not
+    evidence: Evidence | Untested | None  # the most faithful measurement, else why not
     verdict: str  # the first metric's, for the counts
+    also: tuple[Evidence, ...] = ()  # the claim's other measurements, most faithful first
 
     @property
     def paper_claim(self) -> bool:
@@ -309,43 +371,72 @@ def paper_diffs(grid: Grid, baseline: str, proposal: str) -> str:
     return "<br>".join(diffs) or "- (no number for both)"
 
 
+def claim_key(experiment: Experiment, grid: Grid, baseline: str, proposal: str) -> tuple:
+    """What makes two grids' claims one claim of a paper: the paper and the numbers it gives
+    both cells (a grid that reruns a table at another scale names the same cells with the
+    same numbers); a comparison without paper numbers is its grid's own."""
+    b, p = grid.cell(baseline).paper, grid.cell(proposal).paper
+    numbers = tuple((label, b[label], p[label]) for label in grid.metrics
+                    if b.get(label) is not None and p.get(label) is not None)
+    if not numbers:
+        return (experiment.name, grid.name, baseline, proposal)
+    return (paper_of(experiment), numbers)
+
+
 def board_rows(runs: Path | None = None) -> list[Row]:
-    """One row per named claim of every grid of every experiment script."""
+    """One row per claim of a paper (its most faithful measurement over every grid that
+    names it, never a smoke run or synthetic data; the others as ``also``) and per own
+    comparison of a grid, in the order the grids first name them."""
     folders = run_folders(runs)
-    rows = []
+    named: dict[tuple, list[tuple[Experiment, Grid, str, str]]] = {}
+    found: dict[tuple, list[Evidence | Untested]] = {}
     for experiment in experiment_scripts():
         for grid in experiment.grids.values():
             if not grid.claims:
                 continue
-            found = recomputed(experiment, grid, folders)
-            for pair, evidence in printed(experiment, grid).items():
-                found.setdefault(pair, []).extend(evidence)
+            evidence = recomputed(experiment, grid, folders)
+            for pair, printed_evidence in printed(experiment, grid).items():
+                evidence.setdefault(pair, []).extend(printed_evidence)
             for baseline, proposal in grid.claims:
-                candidates = found.get((baseline, proposal), [])
-                tested = [e for e in candidates if isinstance(e, Evidence)]
-                best = max(tested, key=Evidence.rank, default=None)
-                if best is None:  # runs or reports without a test, a real config's first
-                    untested = sorted((u for u in candidates if not u.why.startswith("not run")),
-                                      key=lambda u: u.config == "smoke")
-                    best = untested[0] if untested else None
-                    why = "" if best is None else best.why
-                    verdict = (f"{NOT_RUN}: no data (the cells were not run)" if best is None
-                               else f"{NOT_RUN}: {why}" if why.startswith("no paired test")
-                               else f"{NOT_RUN}: no paired test: {why}")
-                elif best.config == "smoke":
-                    verdict = f"{NOT_RUN}: smoke only"
-                else:
-                    verdict = best.measured[0].verdict
-                rows.append(Row(experiment, grid, baseline, proposal,
-                                paper_diffs(grid, baseline, proposal), best, verdict))
+                key = claim_key(experiment, grid, baseline, proposal)
+                named.setdefault(key, []).append((experiment, grid, baseline, proposal))
+                found.setdefault(key, []).extend(evidence.get((baseline, proposal), []))
+    rows = []
+    for key, names in named.items():
+        experiment, grid, baseline, proposal = names[0]
+        candidates = found[key]
+        measured, seen = [], set()  # one per grid and config: the runs' or else the printed
+        for e in sorted((e for e in candidates if isinstance(e, Evidence)
+                         and e.scale.measurement), key=Evidence.rank, reverse=True):
+            if (e.grid, e.config) not in seen:
+                seen.add((e.grid, e.config))
+                measured.append(e)
+        if measured:
+            best, also = measured[0], tuple(measured[1:])
+            verdict = best.measured[0].verdict
+        else:
+            also = ()
+            untested = [u for u in candidates if isinstance(u, Untested)
+                        and u.scale.measurement and not u.why.startswith("not run")]
+            best = max(untested, key=lambda u: u.scale.rank(), default=None)
+            if best is not None:
+                why = best.why.removeprefix("no paired test: ")
+                verdict = f"{NO_TEST}: {why}"
+            else:
+                checked = any(not e.scale.measurement for e in candidates
+                              if isinstance(e, Evidence))
+                verdict = f"{NOT_RUN}: " + why_not_run(names, checked)
+        rows.append(Row(experiment, grid, baseline, proposal,
+                        paper_diffs(grid, baseline, proposal), best, verdict, also))
     return rows
 
 
 def verdict_of(row: Row) -> str:
     """The row's verdict among :data:`VERDICTS` (the first metric's; 'one seed' counted with
     its verdict)."""
-    if row.verdict.startswith(NOT_RUN):
-        return NOT_RUN
+    for category in (NOT_RUN, NO_TEST):
+        if row.verdict.startswith(category):
+            return category
     return row.verdict.replace(ONE_SEED, "")
 
 
@@ -357,14 +448,16 @@ def format_row(row: Row) -> str:
     e = row.evidence
     claim = f"| {row.proposal} vs {row.baseline} | `{row.baseline}` -> `{row.proposal}` " \
             f"| {row.paper_diff} |"
-    at = "-" if e is None else f"config {e.config}"
+    at = "-" if e is None else f"{e.grid}, config {e.config}"
     link = "-" if e is None else results_file(e)
-    if not isinstance(e, Evidence) or e.config == "smoke":
-        return f"{claim} - | - | {row.verdict} | {at} | {link} |"
+    scale = "-" if e is None else e.scale.short()
+    also = "<br>".join(a.at() for a in row.also) or "-"
+    if not isinstance(e, Evidence):
+        return f"{claim} - | - | {row.verdict} | {scale} | {at} | {link} | {also} |"
     ours = "<br>".join(f"{m.label}: {m.values}, {m.diff}, {m.p}" for m in e.measured)
     seeds = "<br>".join(f"{m.seeds} x {m.units:,}" for m in e.measured)
     verdicts = "<br>".join(m.verdict for m in e.measured)
-    return f"{claim} {ours} | {seeds} | {verdicts} | {at} | {link} |"
+    return f"{claim} {ours} | {seeds} | {verdicts} | {scale} | {at} | {link} | {also} |"
 
 
 def summary(rows: list[Row], what: str, total: str) -> list[str]:
@@ -394,24 +487,32 @@ def format_board(rows: list[Row], figure: Path, runs: Path | None = None) -> str
     claims, own = paper_and_own(rows)
     lines = ["# Claims board: which claims of the four papers hold here?", "",
              "Every gain a paper claims that a grid of this suite names (`Grid.claims`: "
-             "baseline -> proposal), one row each: the paper's difference, ours with its 95% "
+             "baseline -> proposal), one row per claim of the paper however many grids "
+             "measure it (a grid that reruns a table at another scale names the same cells "
+             "with the same paper numbers): the paper's difference, ours with its 95% "
              "interval (paired over seeds and test examples, 10,000 replicates: "
-             "experiments/harness/significance.py through `report`), the verdict at alpha 0.05 and "
-             "the config it was measured at. 'holds': significant in the paper's direction; "
-             "'not significant': the interval holds 0; 'reversed': significant the other way; "
-             f"'{NOT_RUN}': no data (no runs of both cells), smoke only (only the smoke "
-             f"config ran: a check that it runs, not a measurement), or no paired test. "
-             f"{ONE_SEED_NOTE} Where a claim has several metrics, each is on its own line; "
-             "the counts use the first (the paper's first column). A grid also names "
-             "comparisons of its own, with no paper number for one of the two cells (a "
+             "experiments/harness/significance.py through `report`) and the verdict at alpha "
+             "0.05 of its most faithful measurement, ranked by: not a smoke run and not "
+             "synthetic or sample data (those are never a verdict), the share of the paper "
+             "config's training budget, the paper config's model and batch, seeds, test "
+             "units (experiments/harness/scale.py); its scale, where it was measured, and "
+             "every other measurement of the same claim under 'also measured at', with its "
+             "scale and verdict. 'holds': significant in the paper's direction; 'not "
+             "significant': the interval holds 0; 'reversed': significant the other way; "
+             f"'{NO_TEST}': a results file prints both cells' numbers but no paired test of "
+             f"them (linked); '{NOT_RUN}': why (the data is not here, naming the file; else "
+             "the command that runs it at the paper config and what docs/cost.md says that "
+             f"costs here). {ONE_SEED_NOTE} Where a claim has several metrics, each is on its "
+             "own line; the counts use the first (the paper's first column). A grid also "
+             "names comparisons of its own, with no paper number for one of the two cells (a "
              "study's settings against the paper's default, the setting it chose against "
              "the paper's cells): they are on the board (paper diff '- (no number for "
-             "both)'; 'holds' there reads 'the proposal is better') and counted apart, never "
-             "among the paper's claims.", "",
+             "both)'; 'holds' there reads 'the proposal is better'), one row per grid, and "
+             "counted apart, never among the paper's claims.", "",
              "Sources: report's paired tests recomputed on the committed runs folders under "
              "results/" + (f" and `{shown_path(runs)}`" if runs else "") + ", else the "
              "claims tables `report` printed into a committed results file whose runs are "
-             "not committed; per claim the evidence with the most seeds, then test units.",
+             "not committed.",
              "", "## Summary", "", "The papers' claims (a difference the paper reports):",
              "", *summary(claims, "claims", "all")]
     if own:
@@ -425,8 +526,9 @@ def format_board(rows: list[Row], figure: Path, runs: Path | None = None) -> str
             e, g = grid_rows[0].experiment, grid_rows[0].grid
             lines += ["", f"### {g.title.split(':')[0]}: {e.name} grid {g.name}", "",
                       "| claim | cells compared | paper diff | ours: baseline -> proposal, "
-                      "diff [95% CI], p | seeds x units | verdict | measured at | results |",
-                      "|---|---|---|---|---|---|---|---|"]
+                      "diff [95% CI], p | seeds x units | verdict | scale | measured at | "
+                      "results | also measured at |",
+                      "|---|---|---|---|---|---|---|---|---|---|"]
             lines += [format_row(r) for r in grid_rows]
             lines += ["", f"Paper's setting and ours (the grid's note): {g.note or 'not stated'}"]
             for config in dict.fromkeys(r.evidence.config for r in grid_rows
@@ -446,8 +548,7 @@ def board_figure(rows: list[Row]):
     from experiments.harness.plots import ClaimBar, plot_claim_bars
 
     bars = []
-    measured = [r for r in rows if isinstance(r.evidence, Evidence)
-                and r.evidence.config != "smoke"]
+    measured = [r for r in rows if isinstance(r.evidence, Evidence)]
     for row in measured:
         e = row.evidence
         b, p = row.grid.cell(row.baseline).paper, row.grid.cell(row.proposal).paper
@@ -460,7 +561,7 @@ def board_figure(rows: list[Row]):
                                  f"{m.verdict}, {m.seeds} x {m.units:,}", paper,
                                  (diff, low, high)))
     return plot_claim_bars(bars, f"The claims measured here: {len(measured)} of {len(rows)} "
-                                 "named claims (the others: not run here)")
+                                 "claims on the board (the others: not measured here)")
 
 
 def _by_grid(rows: list[Row]) -> list[list[Row]]:

@@ -5,8 +5,10 @@ printout (``report --compare``).
 
 from __future__ import annotations
 
+#: how a claims table's header begins (a report printed before its scale column ends there)
+CLAIMS_HEADER_START = "| claim | metric | paper diff | ours: baseline -> proposal |"
 CLAIMS_HEADER = ("| claim | metric | paper diff | ours: baseline -> proposal | ours diff [95% CI] "
-                 "| p | verdict | seeds x units |")
+                 "| p | verdict | seeds x units | scale |")
 
 
 #: the columns a rerun on another machine or load changes without a change of the numbers

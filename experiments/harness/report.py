@@ -24,6 +24,7 @@ from experiments.harness.runs import (
     curve_metric,
     learning_curves,
 )
+from experiments.harness.scale import scale_line
 from experiments.harness.significance import mean_std
 from experiments.harness.verdicts import CLAIM_SAMPLES, ONE_SEED_NOTE, claim_labels, claim_results
 
@@ -32,7 +33,8 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
     results = collect(experiment, grid, config)
     costs = cost_values(experiment, grid, config)
     lines = [f"### {grid.title}", f"{experiment.name} grid {grid.name}, config {config} "
-             f"({experiment.config_path(config).relative_to(PROJECT_ROOT)})", ""]
+             f"({experiment.config_path(config).relative_to(PROJECT_ROOT)})",
+             scale_line(experiment, grid, config), ""]
     header = ["cell"]
     for label in grid.metrics:
         header += [f"paper {label}", f"ours {label}"]
@@ -95,21 +97,25 @@ def format_claims(experiment: Experiment, grid: Grid, config: str) -> str:
              f"(approximate randomisation for MAP / MRR / P@1: units are questions); "
              f"alpha 0.05, no correction for the number of claims "
              f"(experiments/harness/significance.py).", "",
-             CLAIMS_HEADER, "|---|---|---|---|---|---|---|---|"]
+             CLAIMS_HEADER, "|---|---|---|---|---|---|---|---|---|"]
     results = claim_results(experiment, grid, config)
     for r in results:
         shown = "-" if r.paper_diff is None else f"{r.paper_diff:+.2f}"
+        scale = r.scale.short() if r.scale else "-"
         if r.comparison is None:
-            lines.append(f"| {r.claim} | {r.label} | {shown} | {r.why} | | | | |")
+            lines.append(f"| {r.claim} | {r.label} | {shown} | {r.why} | | | | | {scale} |")
             continue
         c = r.comparison
         row = c.row()
         lines.append(f"| {r.claim} | {r.label} | {shown} | {row['baseline']} -> "
                      f"{row['proposal']} | {row['diff']} | {row['p']} ({c.test}) "
-                     f"| {r.shown_verdict} | {c.seeds} x {c.units:,} |")
+                     f"| {r.shown_verdict} | {c.seeds} x {c.units:,} | {scale} |")
     lines += ["", "verdict: 'holds' = significant (p < 0.05) in the paper's direction (the "
               "proposal better, or worse where the paper's difference is negative), "
-              "'reversed' = significant the other way."
+              "'reversed' = significant the other way; a smoke run, or one on synthetic or "
+              "sample data, gets none (its paired test is shown, not a measurement). scale: "
+              "the runs' budget and settings against the paper config's (the header's Scale "
+              "line names them)."
               + (f" {ONE_SEED_NOTE}" if any(r.one_seed for r in results) else "")]
     return "\n".join(lines)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from experiments.harness import significance as sig
 from experiments.harness.grid_model import Cell, Experiment, Grid, cell_runs, seed_of
 from experiments.harness.runs import read_run
+from experiments.harness.scale import Scale, grid_scales
 
 #: resamples of the paired tests in ``report`` (and their random seed: the report is the
 #: same every time it is printed)
@@ -42,14 +43,21 @@ class ClaimResult:
     comparison: sig.Comparison | None = None
     why: str = ""
     verdict: str = ""
+    scale: Scale | None = None  # the baseline cell's at the config (the pair's dataset)
 
     @property
     def claim(self) -> str:
         return f"{self.proposal} vs {self.baseline}"
 
     @property
+    def measurement(self) -> bool:
+        """Whether its runs measure the claim (not a smoke run, not synthetic or sample
+        data): only then does it get a verdict."""
+        return self.scale is None or self.scale.measurement
+
+    @property
     def one_seed(self) -> bool:
-        return self.comparison is not None and self.comparison.seeds == 1
+        return self.comparison is not None and self.comparison.seeds == 1 and self.measurement
 
     @property
     def shown_verdict(self) -> str:
@@ -67,9 +75,12 @@ def claim_results(experiment: Experiment, grid: Grid, config: str,
     """Each claim of ``grid`` (its ``claims``: baseline -> proposal) tested on the runs under
     the grid folder ``root`` (default: the grid's run folder of ``config``): per metric the
     paper gives both numbers of (else the grid's first test metric), the paired comparison
-    over the seeds both cells ran and the test examples (paired by id)."""
+    over the seeds both cells ran and the test examples (paired by id).  A smoke config's runs,
+    or runs on synthetic or sample data, get no verdict: the scale's ``no_verdict`` text
+    instead (experiments/harness/scale.py), the paired test still shown."""
     root = experiment.grid_folder(grid, config) if root is None else root
     labels = claim_labels(grid)
+    scales = grid_scales(experiment, grid, config)
     out = []
     for baseline, proposal in grid.claims:
         b_cell, p_cell = grid.cell(baseline), grid.cell(proposal)
@@ -79,8 +90,10 @@ def claim_results(experiment: Experiment, grid: Grid, config: str,
         for label in list(paper) or list(labels)[:1]:
             key = labels[label]
             found = _paired_units(root, b_cell, p_cell, key)
+            scale = scales[baseline]
             if isinstance(found, str):
-                out.append(ClaimResult(baseline, proposal, label, paper.get(label), why=found))
+                out.append(ClaimResult(baseline, proposal, label, paper.get(label), why=found,
+                                       scale=scale))
                 continue
             kind, b_stats, p_stats, _ = found
             name = sig.metric_name(key)[0]
@@ -94,7 +107,7 @@ def claim_results(experiment: Experiment, grid: Grid, config: str,
                 verdict = {sig.HOLDS: sig.REVERSED, sig.REVERSED: sig.HOLDS}.get(verdict,
                                                                                 verdict)
             out.append(ClaimResult(baseline, proposal, label, paper.get(label), c,
-                                   verdict=verdict))
+                                   verdict=scale.no_verdict() or verdict, scale=scale))
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from experiments.harness.grid_model import Experiment, Grid, cell_runs, group_name
 from experiments.harness.loggers import wandb_mode, wandb_project, wandb_settings
 from experiments.harness.runs import collect, cost_values
+from experiments.harness.scale import scale_line
 from experiments.harness.significance import mean_std
 from experiments.harness.verdicts import claim_results
 
@@ -39,24 +40,28 @@ def summary_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list
 def claims_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list, list]:
     """(columns, rows) of the claims table ``report`` prints, as numbers, one row per claim and
     metric (:func:`claim_results`): the paper's difference, our baseline and proposal, our
-    difference with its 95% interval, p, the test, the verdict (as printed), seeds and units;
-    a claim without a comparison has None there and its reason as the verdict."""
+    difference with its 95% interval, p, the test, the verdict (as printed: none for a smoke
+    run or synthetic data), seeds, units and the runs' scale; a claim without a comparison
+    has None there and its reason as the verdict."""
     columns = ["claim", "metric", "paper diff", "ours baseline", "ours proposal", "ours diff",
-               "ci low", "ci high", "p", "test", "verdict", "seeds", "units"]
+               "ci low", "ci high", "p", "test", "verdict", "seeds", "units", "scale"]
     rows = []
     for r in claim_results(experiment, grid, config):
         c = r.comparison
         if c is None:
-            rows.append([r.claim, r.label, r.paper_diff, *[None] * 7, r.why, None, None])
+            rows.append([r.claim, r.label, r.paper_diff, *[None] * 7, r.why, None, None,
+                         r.scale.short() if r.scale else None])
             continue
         rows.append([r.claim, r.label, r.paper_diff, c.baseline, c.proposal, c.diff, c.low,
-                     c.high, c.p_value, c.test, r.shown_verdict, c.seeds, c.units])
+                     c.high, c.p_value, c.test, r.shown_verdict, c.seeds, c.units,
+                     r.scale.short() if r.scale else None])
     return columns, rows
 
 
 def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
     """After a grid's cells: when they logged to W&B, one short run in their group, job
-    type ``summary``, with the paper's table and its cost columns (:func:`summary_table`) as
+    type ``summary``, its config carrying the runs' scale (``report``'s Scale line), with
+    the paper's table and its cost columns (:func:`summary_table`) as
     ``paper_table``, the paired tests of the paper's claims (:func:`claims_table`) as
     ``claims_table`` and the figures of ``report --plot`` as images (:func:`log_grid_plots`).
     W&B failing to start or to log is one printed line: the grid's runs are done."""
@@ -75,7 +80,8 @@ def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
             group=f"{experiment.name}/{group}", name="summary", job_type="summary",
             dir=str(folder), mode=wandb_mode(), tags=[experiment.name, group, "summary"],
             config={"experiment": experiment.name, "grid": grid.name, "cell": None,
-                    "seed": None, "grid_config": config, "title": grid.title},
+                    "seed": None, "grid_config": config, "title": grid.title,
+                    "scale": scale_line(experiment, grid, config)},
             reinit="create_new",  # its own run even if one is active in this process
             settings=wandb_settings(init_timeout=60))
         tables = {"paper_table": wandb.Table(columns=columns, data=rows,

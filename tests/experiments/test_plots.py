@@ -112,8 +112,10 @@ def test_paper_and_claims_figures_name_every_cell_and_claim(sentiment_runs):
     assert paper.get_xdata()[0] == 82.6  # imdb-transformer, the top row
     claims = grid_plots(experiment, grid, "smoke").figures["claims"]
     (ax,) = claims.axes
+    # smoke runs on the synthetic reviews: their paired test drawn, no verdict
     assert texts(ax.get_yticklabels()) == [
-        "imdb-coda vs imdb-transformer (Acc): holds, 2 x 40",
+        "imdb-coda vs imdb-transformer (Acc): synthetic data: checks that the grid runs, not "
+        "a measurement, 2 x 40",
         "sst-coda vs sst-transformer (Acc): not run"]
     assert set(texts(ax.get_legend().get_texts())) == {"paper", "ours [95% CI]"}
     assert ax.get_xlabel() == "proposal - baseline"
@@ -121,12 +123,12 @@ def test_paper_and_claims_figures_name_every_cell_and_claim(sentiment_runs):
 
 def test_a_one_seed_verdict_is_marked_on_the_claims_figure(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path))
-    group = tmp_path / "coda_sentiment" / "table5-smoke"
+    group = tmp_path / "coda_sentiment" / "table5-paper"
     write_run(group / "imdb-transformer-seed0", [(9, 0.5)], {"test/acc": 0.5},
               [i % 2 == 0 for i in range(40)])
     write_run(group / "imdb-coda-seed0", [(9, 0.9)], {"test/acc": 1.0}, [True] * 40)
     experiment, grid = coda_sentiment.EXPERIMENT, coda_sentiment.EXPERIMENT.grid("table5")
-    (ax,) = grid_plots(experiment, grid, "smoke").figures["claims"].axes
+    (ax,) = grid_plots(experiment, grid, "paper").figures["claims"].axes
     assert texts(ax.get_yticklabels())[0] == ("imdb-coda vs imdb-transformer (Acc): holds "
                                               "(one seed), 1 x 40")
 

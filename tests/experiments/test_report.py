@@ -115,7 +115,7 @@ def test_units_of_a_run_without_predictions_or_of_another_metric(tmp_path):
 # -- the report -------------------------------------------------------------------------------
 def test_report_tests_each_claim_and_shows_cost(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path))
-    group = tmp_path / "coda_sentiment" / "table5-smoke"
+    group = tmp_path / "coda_sentiment" / "table5-paper"
     half = [i % 2 == 0 for i in range(40)]
     for seed in (0, 1):
         # IMDb: CoDA right on every review, the Transformer on half of them
@@ -129,14 +129,15 @@ def test_report_tests_each_claim_and_shows_cost(tmp_path, monkeypatch):
         write_run(group / f"sst-transformer-seed{seed}", classified(half), {"test/acc": 0.5})
         write_run(group / f"sst-coda-seed{seed}", classified(half), {"test/acc": 0.5})
     report = format_report(coda_sentiment.EXPERIMENT, coda_sentiment.EXPERIMENT.grid("table5"),
-                           "smoke")
+                           "paper")
     # the whole report, exactly: the paper's table with cost columns, then every claim tested
     # (IMDb: CoDA right on all 40 reviews, the Transformer on half, in both seeds: +50 points,
     # the examples resampled once per replicate for both seeds, so the interval is that of
     # 40 units; SST: the same predictions, difference 0 and p = 1)
     assert report.splitlines() == [
         '### CoDA Table 5: sentiment analysis, test accuracy (%)',
-        'coda_sentiment grid table5, config smoke (experiments/configs/coda_sentiment/smoke.yaml)',
+        'coda_sentiment grid table5, config paper (experiments/configs/coda_sentiment/paper.yaml)',
+        "Scale: the paper config's budget (2,000 steps), model and batch.",
         '',
         '| cell | paper Acc | ours Acc | params (M) | steps/s | peak MB | wall min |',
         '|---|---|---|---|---|---|---|',
@@ -158,16 +159,18 @@ def test_report_tests_each_claim_and_shows_cost(tmp_path, monkeypatch):
          'claims (experiments/harness/significance.py).',
         '',
         '| claim | metric | paper diff | ours: baseline -> proposal | ours diff [95% CI] | p '
-         '| verdict | seeds x units |',
-        '|---|---|---|---|---|---|---|---|',
+         '| verdict | seeds x units | scale |',
+        '|---|---|---|---|---|---|---|---|---|',
         '| imdb-coda vs imdb-transformer | Acc | +0.70 | 50.00 -> 100.00 | +50.00 [+35.00, '
-         '+65.00] | p<0.001 (bootstrap) | holds | 2 x 40 |',
+         "+65.00] | p<0.001 (bootstrap) | holds | 2 x 40 | the paper config's 2,000 steps |",
         '| sst-coda vs sst-transformer | Acc | +1.70 | 50.00 -> 50.00 | +0.00 [+0.00, +0.00] '
-         '| p=1.000 (bootstrap) | not significant | 2 x 40 |',
+         "| p=1.000 (bootstrap) | not significant | 2 x 40 | the paper config's 2,000 steps |",
         '',
         "verdict: 'holds' = significant (p < 0.05) in the paper's direction (the proposal "
          "better, or worse where the paper's difference is negative), 'reversed' = significant "
-         'the other way.',
+         "the other way; a smoke run, or one on synthetic or sample data, gets none (its paired "
+         "test is shown, not a measurement). scale: the runs' budget and settings against the "
+         "paper config's (the header's Scale line names them).",
         '',
         'Paper: tensor2tensor, transformer_tiny, problems sentiment_imdb (8K subwords, scored '
          'on the 25K test reviews) and sentiment_sst_binary (GLUE SST-2: 16K subwords, trained '
@@ -189,24 +192,53 @@ def test_report_says_why_a_claim_is_not_tested(tmp_path, monkeypatch):
     missing = group / "imdb-coda-seed0" / "predictions-test.jsonl"
     assert (f"| imdb-coda vs imdb-transformer | Acc | +0.70 | no paired test: {missing} does "
             "not exist (the run's test wrote no per-example predictions; test its checkpoint "
-            "again to write them) | | | | |") in lines
+            "again to write them) | | | | | synthetic data: not a measurement |") in lines
     assert ("| sst-coda vs sst-transformer | Acc | +1.70 | not run (no seed of both cells) "
-            "| | | | |") in lines
+            "| | | | | smoke: not a measurement |") in lines
+
+
+def test_a_smoke_report_draws_no_verdict(tmp_path, monkeypatch):
+    """A smoke config's runs, or runs on synthetic data, get no holds / not significant /
+    reversed, whatever their paired test says: it is shown, marked as a check; the header
+    says what the runs are."""
+    monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path))
+    group = tmp_path / "coda_sentiment" / "table5-smoke"
+    half = [i % 2 == 0 for i in range(40)]
+    for cell, correct in (("transformer", half), ("coda", [True] * 40)):
+        for data in ("imdb", "sst"):
+            write_run(group / f"{data}-{cell}-seed0", classified(correct),
+                      {"test/acc": sum(correct) / 40})
+    lines = format_report(coda_sentiment.EXPERIMENT, coda_sentiment.EXPERIMENT.grid("table5"),
+                          "smoke").splitlines()
+    assert lines[2] == (
+        "Scale: imdb: synthetic data (tests/fixtures/aclImdb): checks that the grid runs, not a "
+        "measurement (no verdict is drawn from it); sst: the smoke config: checks that the "
+        "grid runs, not a measurement (no verdict is drawn from it).")
+    claims = [x for x in lines if x.startswith(("| imdb-coda vs", "| sst-coda vs"))]
+    assert claims == [
+        "| imdb-coda vs imdb-transformer | Acc | +0.70 | 50.00 -> 100.00 | +50.00 [+35.00, "
+        "+65.00] | p<0.001 (bootstrap) | synthetic data: checks that the grid runs, not a "
+        "measurement | 1 x 40 | synthetic data: not a measurement |",
+        "| sst-coda vs sst-transformer | Acc | +1.70 | 50.00 -> 100.00 | +50.00 [+35.00, "
+        "+65.00] | p<0.001 (bootstrap) | smoke: checks that the grid runs, not a measurement "
+        "| 1 x 40 | smoke: not a measurement |"]
+    assert not any(v in " ".join(lines) for v in ("| holds", "| reversed", "| not significant",
+                                                   "(one seed)"))
 
 
 def test_a_lower_is_better_claim_holds_when_the_proposal_is_lower(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path))
-    group = tmp_path / "dwin_lm" / "table6-smoke"
+    group = tmp_path / "dwin_lm" / "table6-paper"
     worse = [{"id": i, "tokens": 10, "nll": 30.0} for i in range(30)]
     better = [{"id": i, "tokens": 10, "nll": 20.0} for i in range(30)]
     write_run(group / "softmax-seed0", worse, {"test/perplexity": math.exp(3)})
     write_run(group / "window-mw-seed0", better, {"test/perplexity": math.exp(2)})
     lines = format_report(dwin_lm.EXPERIMENT, dwin_lm.EXPERIMENT.grid("table6"),
-                          "smoke").splitlines()
+                          "paper").splitlines()
     row = next(x for x in lines if x.startswith("| window-mw vs softmax | PPL | -2.37 |"))
     # one seed: the verdict says so (its interval resamples that seed's sentences only)
     assert "| 20.09 -> 7.39 | -12.70 [-12.70, -12.70] | p<0.001 (bootstrap) | holds (one seed) " \
-        "| 1 x 30 |" in row
+        "| 1 x 30 | the paper config's 100,000 steps |" in row
     assert next(x for x in lines if x.startswith("verdict:")).endswith(
         "'(one seed)': the interval and p resample the test examples of that one seed only, "
         "not the seed: another seed may land outside them.")

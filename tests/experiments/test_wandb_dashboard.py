@@ -152,12 +152,17 @@ def test_the_grid_logs_the_papers_table_in_its_group(runs, monkeypatch):
     claims = table(path, "claims_table")  # report's claims, as numbers
     assert claims["columns"] == ["claim", "metric", "paper diff", "ours baseline",
                                  "ours proposal", "ours diff", "ci low", "ci high", "p", "test",
-                                 "verdict", "seeds", "units"]
+                                 "verdict", "seeds", "units", "scale"]
     results = claim_results(experiment, grid, "smoke")
     assert [row[:3] + row[10:11] for row in claims["data"]] == [
         [r.claim, r.label, pytest.approx(r.paper_diff), r.shown_verdict or r.why]
         for r in results]
-    assert claims["data"][0][11:] == [1, results[0].comparison.units]  # intra vs vanilla
+    assert claims["data"][0][11:] == [1, results[0].comparison.units,  # intra vs vanilla
+                                      "smoke: not a measurement"]
+    # the summary run says what its runs are: a smoke config's get no verdict
+    assert cfg["scale"] == ("Scale: the smoke config: checks that the grid runs, not a "
+                            "measurement (no verdict is drawn from it).")
+    assert results[0].shown_verdict == "smoke: checks that the grid runs, not a measurement"
 
 
 @pytest.mark.slow
