@@ -70,6 +70,8 @@ REPORTS = [
      "experiments/coda_sentiment.py", ["table5", "--config", "paper"]),
     ("imdb_table5.md", "## Differentiable Window Table 5, IMDB column", "imdb_table5_runs",
      "experiments/dwin_classification.py", ["table5", "--config", "paper"]),
+    ("attention_compare.md", "## Runs so far: SST", "attention_compare_runs",
+     "experiments/attention_compare.py", ["sst", "--config", "paper"]),
 ]
 
 
