@@ -205,6 +205,8 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
                    help="the machine the --compare printout was made on, as its results "
                         "file records it")
     args = p.parse_args(argv)
+    if args.slices is not None:
+        experiment.slicings(args.slices)  # an unknown name: one line before any work
     committed = None
     if args.compare:
         try:
