@@ -92,8 +92,8 @@ def unit_values(slicing: Slicing, run: _Run) -> dict[int, object] | str:
     file and the unit."""
     missing = [f for f in (*slicing.fields, slicing.unit) if any(f not in r for r in run.rows)]
     if missing:
-        return (f"{shown_path(run.path)} has no {', '.join(map(repr, missing))} field "
-                f"(not written, or left out of the committed file)")
+        return (f"{run.path.parent.name}/{run.path.name} has no "
+                f"{', '.join(map(repr, missing))} field (written, or committed, without it)")
     grouped: dict[int, list[dict]] = {}
     for r in run.rows:
         grouped.setdefault(int(r[slicing.unit]), []).append(r)

@@ -184,8 +184,8 @@ def test_a_file_without_the_slices_field_says_so(tmp_path, monkeypatch):
     (r,) = [r for r in slice_results(experiment, experiment.grid("table5"), "smoke",
                                      experiment.slicings(["length"]))
             if r.baseline == "sst-transformer"]
-    assert r.why.endswith("sst-transformer-seed0/predictions-test.jsonl has no 'input' field "
-                          "(not written, or left out of the committed file)")
+    assert r.why == ("sst-transformer-seed0/predictions-test.jsonl has no 'input' field "
+                     "(written, or committed, without it)")
     assert format_sliced([r])[-1].startswith("| length | not computed: ")
 
 
