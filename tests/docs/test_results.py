@@ -72,12 +72,25 @@ REPORTS = [
      "experiments/dwin_classification.py", ["table5", "--config", "paper"]),
     ("attention_compare.md", "## Runs so far: SST", "attention_compare_runs",
      "experiments/attention_compare.py", ["sst", "--config", "paper"]),
+    # report --slices (issue 48): the claims within slices of the test set
+    ("coda_mlu_table6_100k.md", "## Slices: where the gain is", "coda_mlu_table6_runs",
+     "experiments/coda_mlu.py", ["table6_chosen", "--config", "table6_100k", "--slices"]),
+    ("sst_table5_repro.md", "## Slices of Differentiable Window Table 5, SST column",
+     "sst_table5_runs", "experiments/dwin_classification.py",
+     ["table5", "--config", "repro", "--slices"]),
+    ("imdb_table5.md", "## Slices of CoDA Table 5, IMDb column", "imdb_table5_runs",
+     "experiments/coda_sentiment.py", ["table5", "--config", "paper", "--slices"]),
+    ("imdb_table5.md", "## Slices of Differentiable Window Table 5, IMDB column",
+     "imdb_table5_runs", "experiments/dwin_classification.py",
+     ["table5", "--config", "paper", "--slices"]),
+>>>>>>> slices-48
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, section, folder, script, args", REPORTS,
-                         ids=[f"{r[0]}:{Path(r[3]).stem}" for r in REPORTS])
+                         ids=[f"{r[0]}:{Path(r[3]).stem}" + ("-slices" * ("--slices" in r[4]))
+                              for r in REPORTS])
 def test_report_comes_out_of_the_committed_runs(tmp_path, name, section, folder, script, args):
     """The command the file names, on a copy of the committed runs (report writes nothing,
     and a test never writes into tracked files), prints the committed table to the byte."""

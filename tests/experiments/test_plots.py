@@ -245,6 +245,7 @@ def test_grid_summary_run_logs_the_figures_as_images(sentiment_runs, tmp_path, m
         assert logged[f"plots/{name}/format"] == ["png"]
         assert logged[f"plots/{name}/caption"][0].startswith(caption)
     assert logged["paper_table/_type"] == ["table-file"]
+    assert logged["slices_table/_type"] == ["table-file"]  # report --slices, as numbers
     assert not any(k.startswith("plots/gates") for k in logged)
 
 
