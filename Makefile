@@ -37,7 +37,7 @@ $(DEV): $(STAMP) requirements-dev.lock
 # CoDA Table 6 (MLU) at a CPU scale, both cells at once, then the paper-vs-ours table, the
 # demo's learning curves, whether they equal the committed printout of this CPU's kernels
 # (results/coda_mlu_demo_isa/<torch's capability>.md) and if not on which machines, the committed 20,000-step curves of the same models and the
-# committed runs at the paper's 100K steps finished so far.
+# committed runs at the paper's 100K steps (two seeds of each of its three cells).
 demo: setup
 	$(BIN)/python experiments/coda_mlu.py grid table6 --config demo --jobs 2 --threads 1
 	cap=$$($(CAPABILITY)) && ref=results/coda_mlu_demo_isa/$$cap.md && { test -f $$ref || ref=results/coda_mlu_demo_isa/avx512.md; } && \
@@ -45,7 +45,7 @@ demo: setup
 	  --compare-machine "$(DEMO_MACHINE)"
 	@echo; echo "The same models trained 20,000 steps (committed: results/coda_mlu_curve.md):"
 	@cat results/coda_mlu_curve.md
-	@echo; echo "The paper's 100K steps, the runs finished so far (committed: results/coda_mlu_table6_100k.md):"
+	@echo; echo "The paper's 100K steps, two seeds of each cell (committed: results/coda_mlu_table6_100k.md):"
 	@cat results/coda_mlu_table6_100k_curves.md
 
 # results: reruns every committed result that takes under 15 minutes on this 2-core machine
@@ -63,7 +63,7 @@ demo: setup
 #     make demo's grid (8: results/coda_mlu_demo_isa/<capability>.md),
 #     dwin_classification_cost (8-12, est.), dwin_mt_table4_speed (6-10, est.),
 #     CoDA Figure 2 (about 10 by experiments/figures.py: coda_fig2_summary.csv, coda_fig2.png);
-#     about 70-85 minutes in all.
+#     about 65-81 minutes in all (the sum of results/README.md's minutes; not timed whole).
 #   left out:  too long: coda_mlu_curve (20,000 steps x 4 cells, about 2 h),
 #     sst_table5_repro (CoDA 52 min, DW about 1.7 h for 2 seeds), coda_ranking_wikiqa_cpu
 #     (about 55 min), coda_mt_small (about 50 min), qadm_mt_small (22 + 38 min),

@@ -28,6 +28,7 @@ prints and ``report --plot`` draws against the accuracy differences.
 """
 
 from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
+from experiments.harness.slice_model import SENTIMENT_SLICES
 from experiments.harness.sources import mechanisms_supporting
 from lit_models.compare_rows import LINKS, mechanism_rows
 
@@ -66,6 +67,7 @@ def compare_grid(data: str) -> Grid:
 
 EXPERIMENT = Experiment(
     name="attention_compare",
+    slices=SENTIMENT_SLICES,
     model_class="lit_models.transformer.TransformerClassifier",
     datamodule_class="datamodules.text.TextClassificationDataModule",
     # the dataset configs' DataModules, also by class name (--data.help SSTDataModule)

@@ -7,11 +7,13 @@ sequence, Transformer vs CoDA Transformer (Tay et al. 2019, Sec. 3.6).
     python experiments/coda_mlu.py grid curve --config curve --jobs 2    # 20,000-step curves
     python experiments/coda_mlu.py grid study --config study --jobs 2    # the decoder study
     python experiments/coda_mlu.py grid table6_chosen --config table6_100k --seeds 2 --jobs 2
+    python experiments/coda_mlu.py report table6_chosen --config table6_100k --slices
 """
 
 from dataclasses import replace
 
 from experiments.harness.grid_model import Cell, Experiment, Grid
+from experiments.harness.slice_model import by_label
 from lit_models.compare_rows import CHOSEN_CODA as CHOSEN_CODA_FLAGS
 
 TRANSFORMER = Cell("transformer", ["--model.attention=softmax"], {"Acc": 76.1})
@@ -53,12 +55,44 @@ TABLE6 = Grid(
          "from the documented distribution (datamodules/mlu.py).",
 )
 
+
+
+def expression(rows: list[dict]) -> tuple[str, str, str, str]:
+    """(first assigned variable, operand, operator, operand) of a problem's ``source``,
+    e.g. ``y=-905,x=-636,x+y``: ("y", "x", "+", "y")."""
+    source = rows[0]["source"]
+    expr = source.rsplit(",", 1)[-1]
+    if len(expr) != 3 or expr[0] not in "xy" or expr[2] not in "xy" or expr[1] not in "+-*":
+        raise ValueError(f"source {source!r} is not an MLU problem (x=..,y=..,<x|y><+-*><x|y>)")
+    return source[0], expr[0], expr[1], expr[2]
+
+
+def operand_pattern(rows: list[dict]) -> str:
+    first, a, _, b = expression(rows)
+    if a == b:
+        return "same variable twice"
+    return "both, as assigned" if a == first else "both, reversed"
+
+
+# by what a problem asks (its source) and how long its answer is (the gold answer)
+SLICES = {s.name: s for s in (
+    by_label("operator", "operator of the expression", lambda rows: expression(rows)[2],
+             fields=("source",), labels=("+", "-", "*")),
+    by_label("pattern", "operands: the same variable twice, or both variables in the order "
+                        "they are assigned (x=..,y=..,x?y) or the other (x=..,y=..,y?x)",
+             operand_pattern, fields=("source",),
+             labels=("same variable twice", "both, as assigned", "both, reversed")),
+    by_label("answer_length", "length of the gold answer in characters (its sign included)",
+             lambda rows: str(len(rows[0]["gold"])), fields=("gold",)),
+)}
+
 EXPERIMENT = Experiment(
     name="coda_mlu",
     model_class="lit_models.transformer.TransformerSeq2Seq",
     datamodule_class="datamodules.mlu.MLUDataModule",
     links=[("vocab_size", "src_vocab_size"), ("vocab_size", "tgt_vocab_size"),
            ("pad_id", "pad_id"), ("bos_id", "bos_id"), ("eos_id", "eos_id")],
+    slices=SLICES,
     grids={
         "table6": TABLE6,
         # the two choices the paper leaves open, beside the two models of Table 6: CoDA

@@ -18,6 +18,7 @@ is that recipe.  Table 4 reports test BLEU (tst2013); Tables 8 and 9 development
 from experiments.coda_mlu import with_chosen_coda
 from experiments.coda_nli import CENTERING, TABLE9_BLEU
 from experiments.harness.grid_model import Cell, Experiment, Grid
+from experiments.harness.slice_model import TRANSLATION_SLICES
 from lit_models.mt_rows import LINKS
 
 CODA = ["--model.attention=coda"]
@@ -41,6 +42,7 @@ TABLE4 = Grid(
 
 EXPERIMENT = Experiment(
     name="coda_mt",
+    slices=TRANSLATION_SLICES,
     model_class="lit_models.transformer.TransformerSeq2Seq",
     datamodule_class="datamodules.iwslt.IWSLT15DataModule",
     links=LINKS,

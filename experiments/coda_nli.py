@@ -18,6 +18,7 @@ synthetic Dialogue NLI files of tests/fixtures, so every grid runs with ``--smok
 """
 
 from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
+from experiments.harness.slice_model import NLI_SLICES
 
 LINKS = [("vocab_size", "vocab_size"), ("num_classes", "num_classes"), ("pad_id", "pad_id"),
          ("embeddings", "embeddings")]
@@ -42,6 +43,7 @@ TABLE9_BLEU = {("tanh", "sigmoid"): 27.8, ("tanh", "tanh"): 23.1, ("tanh", "arct
 
 EXPERIMENT = Experiment(
     name="coda_nli",
+    slices=NLI_SLICES,
     model_class="lit_models.decomp_att.DecompAtt",
     datamodule_class="datamodules.nli.NLIDataModule",
     subclass_mode_data=True,

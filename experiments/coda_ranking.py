@@ -20,6 +20,7 @@ filtered dev set for validation and test: the shared data has no WikiQA test set
 
 from experiments.coda_nli import CENTERING, CODA, LINKS
 from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
+from experiments.harness.slice_model import RANKING_SLICES
 
 # Table 2 (test): MAP / MRR for TrecQA and WikiQA, top-1 accuracy (R10@1) for UDC
 TABLE2 = {"trecqa": ({"MAP": 80.6, "MRR": 83.9}, {"MAP": 80.0, "MRR": 84.5}),
@@ -31,6 +32,7 @@ TABLE8 = {"none": {"MAP": 70.4, "MRR": 71.2}, "e": {"MAP": 68.1, "MRR": 68.3},
 
 EXPERIMENT = Experiment(
     name="coda_ranking",
+    slices=RANKING_SLICES,
     model_class="lit_models.decomp_att.DecompAtt",
     datamodule_class="datamodules.nli.NLIDataModule",
     # the dataset configs' DataModules, also by class name (--data.help CLASS)

@@ -16,6 +16,7 @@ grid runs with ``--smoke`` alone.
 """
 
 from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
+from experiments.harness.slice_model import SENTIMENT_SLICES
 
 PAPER = {("imdb", "softmax"): 82.6, ("imdb", "coda"): 83.3,
          ("sst", "softmax"): 78.9, ("sst", "coda"): 80.6}
@@ -23,6 +24,7 @@ ROWS = {"softmax": "transformer", "coda": "coda"}
 
 EXPERIMENT = Experiment(
     name="coda_sentiment",
+    slices=SENTIMENT_SLICES,
     model_class="lit_models.transformer.TransformerClassifier",
     datamodule_class="datamodules.text.TextClassificationDataModule",
     # the dataset configs' DataModules, also by class name (--data.help SSTDataModule)

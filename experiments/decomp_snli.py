@@ -16,12 +16,14 @@ configs (no dataset configs); the smoke config reads the shared SNLI dev prefix
 """
 
 from experiments.harness.grid_model import Cell, Experiment, Grid
+from experiments.harness.slice_model import NLI_SLICES
 
 LINKS = [("vocab_size", "vocab_size"), ("num_classes", "num_classes"), ("pad_id", "pad_id"),
          ("embeddings", "embeddings")]
 
 EXPERIMENT = Experiment(
     name="decomp_snli",
+    slices=NLI_SLICES,
     model_class="lit_models.decomp_att.DecompAtt",
     datamodule_class="datamodules.nli.SNLIDataModule",
     # the cells' model classes, also by class name (--model=Mixture)

@@ -20,6 +20,7 @@ tests/fixtures, so the grid runs with ``--smoke`` alone.
 """
 
 from experiments.harness.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
+from experiments.harness.slice_model import CLASSIFICATION_SLICES
 
 # row -> (the paper's name, attention flags); the grid config puts the attention in layer 1
 ROWS = {
@@ -45,6 +46,7 @@ COST_ROWS = {**{row: flags for row, (_, flags) in ROWS.items()},
 
 EXPERIMENT = Experiment(
     name="dwin_classification",
+    slices=CLASSIFICATION_SLICES,
     model_class="lit_models.transformer.TransformerClassifier",
     datamodule_class="datamodules.text.TextClassificationDataModule",
     # the dataset configs' DataModules, also by class name (--data.help SSTDataModule)

@@ -21,6 +21,7 @@ Tables 1, 3 and 4.
 """
 
 from experiments.harness.grid_model import Cell, Experiment, Grid, cost_grid, dataset_config
+from experiments.harness.slice_model import TRANSLATION_SLICES
 from lit_models.mt_rows import (
     COST_ROWS,
     CR_AW_SEG,
@@ -64,6 +65,7 @@ def window_module(method: str, module: str) -> list[str]:
 
 EXPERIMENT = Experiment(
     name="dwin_mt",
+    slices=TRANSLATION_SLICES,
     model_class="lit_models.transformer.TransformerSeq2Seq",
     datamodule_class="datamodules.translation.TranslationDataModule",
     # the dataset configs' DataModules, also by class name (--data.help CLASS)

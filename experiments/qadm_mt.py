@@ -17,6 +17,7 @@ command on the decoded test files every run writes (``hypotheses-test.jsonl``):
 """
 
 from experiments.harness.grid_model import Cell, Experiment, Grid, dataset_config
+from experiments.harness.slice_model import TRANSLATION_SLICES
 from lit_models.mt_rows import LINKS
 
 MECHANISMS = {"additive": ["--model.attention=additive"],
@@ -37,6 +38,7 @@ TABLE1 = {
 
 EXPERIMENT = Experiment(
     name="qadm_mt",
+    slices=TRANSLATION_SLICES,
     model_class="lit_models.rnn_seq2seq.RNNSeq2Seq",
     datamodule_class="datamodules.translation.TranslationDataModule",
     # the dataset configs' DataModules, also by class name (--data.help CLASS)

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from experiments.harness.slice_model import Slicing
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 #: how a cell merges a dataset's config of the grid config (:func:`dataset_config`)
 DATASET_ARG = re.compile(r"--config=\{config\}/(\w+)\.yaml")
@@ -178,6 +180,9 @@ class Experiment:
     #: SSTDataModule``), as paths: LightningCLI finds such a name among the subclasses
     #: imported, so :meth:`imported_classes` imports them first
     subclasses: list[str] = field(default_factory=list)
+    #: the test set's slices (name -> :class:`Slicing`) that ``report --slices`` tests each
+    #: claim in, all of them when no name is given (experiments/harness/slice_model.py)
+    slices: dict[str, Slicing] = field(default_factory=dict)
 
     def unimported(self, role: str) -> str | None:
         """The path of ``model_class`` or ``datamodule_class`` (``role``) while it is not
@@ -238,6 +243,18 @@ class Experiment:
         if name not in self.grids:
             raise SystemExit(f"{self.name} has no grid {name!r}; grids: {', '.join(self.grids)}")
         return self.grids[name]
+
+    def slicings(self, names: list[str]) -> list[Slicing]:
+        """The declared slicings ``names`` (all of them for none), or one line naming the
+        unknown ones and the known ones."""
+        if not self.slices:
+            raise SystemExit(f"{self.name} declares no slices (its script's "
+                             "Experiment(slices=...))")
+        unknown = [n for n in names if n not in self.slices]
+        if unknown:
+            raise SystemExit(f"{self.name} has no slice {', '.join(map(repr, unknown))}; "
+                             f"slices: {', '.join(self.slices)}")
+        return [self.slices[n] for n in dict.fromkeys(names or self.slices)]
 
 
 #: a grid run's folder is ``<cell><SEED><k>`` (``coda-seed0``)

@@ -200,6 +200,9 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
     p.add_argument("--out", default=None,
                    help="folder of the --plot files (default: the grid's run folder's plots/, "
                         "runs/<experiment>/<grid>-<config>/plots)")
+    p.add_argument("--slices", nargs="*", default=None, metavar="NAME",
+                   help="also test each claim within slices of the test set (the "
+                        "experiment's declared slices; all of them when no name is given)")
     p.add_argument("--compare", default=None, metavar="FILE",
                    help="a committed printout of the same report: say after it whether every "
                         "number equals it (the load-dependent cost columns aside) and, if "
@@ -208,6 +211,8 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
                    help="the machine the --compare printout was made on, as its results "
                         "file records it")
     args = p.parse_args(argv)
+    if args.slices is not None:
+        experiment.slicings(args.slices)  # an unknown name: one line before any work
     committed = None
     if args.compare:
         try:
@@ -229,6 +234,10 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
             raise SystemExit(f"{experiment.name}.py report {g.name}: {err}") from None
         if args.curve:
             parts.append(format_curves(experiment, g, config))
+        if args.slices is not None:
+            from experiments.harness.slice_report import report_slices
+
+            parts.append(report_slices(experiment, g, config, args.slices, args.plot, args.out))
         if args.plot:
             from experiments.harness.plots import write_plots  # matplotlib: only when asked
 

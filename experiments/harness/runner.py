@@ -7,7 +7,7 @@
                       [-- overrides]
     <name>.py sweep <grid> [--config NAME] [--seeds N] [--threads N] [--output PATH]
                       [-- overrides]
-    <name>.py report [<grid>] [--config NAME] [--curve] [--plot [--out DIR]]
+    <name>.py report [<grid>] [--config NAME] [--curve] [--slices [NAME ...]] [--plot [--out DIR]]
 
 (``<name>.py`` is ``python experiments/<name>.py``; configs are paper.yaml, smoke.yaml, ...;
 ``<name>.py --help`` lists the commands, the grids and the configs.)
@@ -20,7 +20,9 @@ sweep agent calls); ``sweep`` writes the W&B sweep YAML for the grid (into
 paper's table with the paper's numbers beside ours (mean +- std over seeds), read from the
 CSV logs, so it works without W&B; ``--curve`` adds the validation learning curves and
 ``--plot`` writes them, paper vs ours and the claims as PNGs (experiments/harness/plots.py) into
-``runs/<experiment>/<grid>-<config>/plots/`` or ``--out DIR``.  ``python -m
+``runs/<experiment>/<grid>-<config>/plots/`` or ``--out DIR``.  ``--slices [NAME ...]`` tests each
+claim again within slices of the test set that the script declares (all of them without a
+name; experiments/harness/slice_report.py), and with ``--plot`` draws them.  ``python -m
 experiments.claims`` gathers every grid's claims into results/CLAIMS.md.
 
 After ``fit``, ``--run.test_after_fit true`` tests the final weights, or with

@@ -112,6 +112,7 @@ __all__ = [
     "aggregate", "bleu_stats", "mean_stats", "perplexity_stats",
     "paired_bootstrap", "approximate_randomization", "compare", "verdict",
     "format_interval", "format_p", "METRIC_KINDS", "metric_name", "run_units",
+    "units_file", "read_rows",
 ]
 
 HOLDS, REVERSED, NOT_SIGNIFICANT = "holds", "reversed", "not significant"
@@ -534,7 +535,7 @@ def metric_name(key: str) -> tuple[str, str] | None:
     return None
 
 
-def _read_rows(path: Path) -> list[dict]:
+def read_rows(path: Path) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist (the run's test wrote no per-example "
                                 "predictions; test its checkpoint again to write them)")
@@ -567,24 +568,45 @@ def _ranking_values(rows: list[dict], name: str) -> tuple[list[int], list[float]
     return ids, values
 
 
-def run_units(run_dir: str | Path, key: str) -> tuple[str, list[int], np.ndarray]:
-    """(kind, unit ids, stats) of logged test metric ``key`` from the per-example files of a
-    run folder: ``predictions-test<suffix>.jsonl`` (accuracy: prediction == gold; exact
-    match: ``correct``; F1: ``f1``; MAP / MRR / P@1: per question ``group``; perplexity: per
-    sentence ``nll`` and ``tokens``; without that file, a suffix names a variant of the
-    metric held per example in ``predictions-test.jsonl``'s field ``<name><suffix>``, e.g.
-    ``f1_quasar``, its units the rows that carry it) or, for BLEU,
-    ``hypotheses-test.jsonl`` scored the way ``bleu-test.json`` says the run's BLEU was
-    (tokenized, with compound splitting for WMT'14 En-De).  Raises FileNotFoundError when
-    the run has no such file and ValueError for a metric whose units these files do not
-    give."""
+def units_file(run_dir: str | Path, key: str) -> tuple[Path, str | None]:
+    """The per-example file of a run folder that :func:`run_units` reads for logged test
+    metric ``key``, and the field of its rows that holds a variant of the metric (None for
+    the metric itself): ``hypotheses-test<suffix>.jsonl`` for BLEU, else
+    ``predictions-test<suffix>.jsonl``, or ``predictions-test.jsonl`` when a suffix names a
+    variant held per example in its field ``<name><suffix>`` (e.g. ``f1_quasar``).  Raises
+    ValueError for a metric whose units these files do not give."""
     run_dir = Path(run_dir)
     parsed = metric_name(key)
     if parsed is None:
         raise ValueError(f"no per-example units for {key!r}: paired tests cover "
                          f"test/{{{', '.join(METRIC_KINDS)}}}[_<split>]")
     name, suffix = parsed
+    if name == "bleu":
+        return run_dir / f"hypotheses-test{suffix}.jsonl", None
+    path = run_dir / f"predictions-test{suffix}.jsonl"
+    whole = run_dir / "predictions-test.jsonl"
+    if suffix and not path.exists() and whole.exists():  # a variant of the metric, not a split?
+        if any(name + suffix in r for r in read_rows(whole)):
+            return whole, name + suffix
+    return path, None
+
+
+def run_units(run_dir: str | Path, key: str) -> tuple[str, list[int], np.ndarray]:
+    """(kind, unit ids, stats) of logged test metric ``key`` from the per-example file of a
+    run folder that :func:`units_file` names (accuracy: prediction == gold; exact match:
+    ``correct``; F1: ``f1``; MAP / MRR / P@1: per question ``group``; perplexity: per
+    sentence ``nll`` and ``tokens``; a variant of the metric: the rows that carry its field)
+    or, for BLEU, ``hypotheses-test.jsonl`` scored the way ``bleu-test.json`` says the run's
+    BLEU was (tokenized, with compound splitting for WMT'14 En-De).  Raises
+    FileNotFoundError when the run has no such file and ValueError for a metric whose units
+    these files do not give."""
+    run_dir = Path(run_dir)
+    path, variant = units_file(run_dir, key)
+    name, suffix = metric_name(key)
     kind = METRIC_KINDS[name]
+    rows = read_rows(path)
+    if variant:
+        return kind, *_field_units(rows, variant, path)
     if name == "bleu":
         report = json.loads((run_dir / f"bleu-test{suffix}.json").read_text()) \
             if (run_dir / f"bleu-test{suffix}.json").exists() else {}
@@ -592,20 +614,12 @@ def run_units(run_dir: str | Path, key: str) -> tuple[str, list[int], np.ndarray
         if bleu_kind not in ("tokenized", "tokenized+compound_split"):
             raise ValueError(f"{run_dir}: paired BLEU needs the tokenized BLEU, the run's is "
                              f"{bleu_kind!r}")
-        rows = _read_rows(run_dir / f"hypotheses-test{suffix}.jsonl")
         hyps, refs = [r["hypothesis"] for r in rows], [r["reference"] for r in rows]
         if bleu_kind == "tokenized+compound_split":
             from lit_models.bleu import split_compounds
 
             hyps, refs = [split_compounds(h) for h in hyps], [split_compounds(r) for r in refs]
         return kind, [int(r["id"]) for r in rows], bleu_stats(hyps, refs, tokenize="none")
-    path = run_dir / f"predictions-test{suffix}.jsonl"
-    whole = run_dir / "predictions-test.jsonl"
-    if suffix and not path.exists() and whole.exists():  # a variant of the metric, not a split?
-        rows = _read_rows(whole)
-        if any(name + suffix in r for r in rows):
-            return kind, *_field_units(rows, name + suffix, whole)
-    rows = _read_rows(path)
     if name in ("map", "mrr", "p@1"):
         ids, values = _ranking_values(rows, name)
         return kind, ids, mean_stats(values)

@@ -70,6 +70,28 @@ def claim_labels(grid: Grid) -> dict[str, str]:
     return {label: key for label, key in grid.metrics.items() if sig.metric_name(key)}
 
 
+def claim_metrics(grid: Grid) -> list[tuple[str, str, str, float | None]]:
+    """(baseline, proposal, metric label, the paper's difference or None) for each claim of
+    ``grid`` and each metric the paper gives both numbers of (else the grid's first test
+    metric with per-example units): the comparisons :func:`claim_results` tests."""
+    labels = claim_labels(grid)
+    out = []
+    for baseline, proposal in grid.claims:
+        b_cell, p_cell = grid.cell(baseline), grid.cell(proposal)
+        paper = {label: p_cell.paper[label] - b_cell.paper[label] for label in labels
+                 if b_cell.paper.get(label) is not None
+                 and p_cell.paper.get(label) is not None}
+        out += [(baseline, proposal, label, paper.get(label))
+                for label in list(paper) or list(labels)[:1]]
+    return out
+
+
+def claim_test(key: str) -> str:
+    """The test whose p a claim on metric ``key`` reports: approximate randomisation for
+    MAP / MRR / P@1 (units are questions), else the bootstrap."""
+    return "randomization" if sig.metric_name(key)[0] in ("map", "mrr", "p@1") else "bootstrap"
+
+
 def claim_results(experiment: Experiment, grid: Grid, config: str,
                   root: Path | None = None) -> list[ClaimResult]:
     """Each claim of ``grid`` (its ``claims``: baseline -> proposal) tested on the runs under
@@ -82,50 +104,55 @@ def claim_results(experiment: Experiment, grid: Grid, config: str,
     labels = claim_labels(grid)
     scales = grid_scales(experiment, grid, config)
     out = []
-    for baseline, proposal in grid.claims:
-        b_cell, p_cell = grid.cell(baseline), grid.cell(proposal)
-        paper = {label: p_cell.paper[label] - b_cell.paper[label] for label in labels
-                 if b_cell.paper.get(label) is not None
-                 and p_cell.paper.get(label) is not None}
-        for label in list(paper) or list(labels)[:1]:
-            key = labels[label]
-            found = _paired_units(root, b_cell, p_cell, key)
-            scale = scales[baseline]
-            if isinstance(found, str):
-                out.append(ClaimResult(baseline, proposal, label, paper.get(label), why=found,
-                                       scale=scale))
-                continue
-            kind, b_stats, p_stats, _ = found
-            name = sig.metric_name(key)[0]
-            c = sig.compare(kind, b_stats, p_stats, samples=CLAIM_SAMPLES, seed=CLAIM_SEED,
-                            test="randomization" if name in ("map", "mrr", "p@1")
-                            else "bootstrap")
-            verdict = c.verdict
-            higher = sig.KINDS[kind].higher_is_better
-            if paper.get(label, 0) and (paper[label] > 0) != higher:
-                # the paper found the proposal worse: does that hold here?
-                verdict = {sig.HOLDS: sig.REVERSED, sig.REVERSED: sig.HOLDS}.get(verdict,
-                                                                                verdict)
-            out.append(ClaimResult(baseline, proposal, label, paper.get(label), c,
-                                   verdict=scale.no_verdict() or verdict, scale=scale))
+    for baseline, proposal, label, paper_diff in claim_metrics(grid):
+        key = labels[label]
+        scale = scales[baseline]
+        found = _paired_units(root, grid.cell(baseline), grid.cell(proposal), key)
+        if isinstance(found, str):
+            out.append(ClaimResult(baseline, proposal, label, paper_diff, why=found,
+                                   scale=scale))
+            continue
+        kind, b_stats, p_stats, _ = found
+        c = sig.compare(kind, b_stats, p_stats, samples=CLAIM_SAMPLES, seed=CLAIM_SEED,
+                        test=claim_test(key))
+        out.append(ClaimResult(baseline, proposal, label, paper_diff, c,
+                               verdict=scale.no_verdict() or paper_verdict(c, paper_diff),
+                               scale=scale))
     return out
 
 
-def _paired_units(root: Path, baseline: Cell, proposal: Cell, key: str):
-    """(kind, baseline stats per seed, proposal stats per seed, units) over the seeds both
-    cells ran, or why there is no comparison (a short text for the table)."""
+def paper_verdict(c: sig.Comparison, paper_diff: float | None) -> str:
+    """The verdict of ``c`` in the paper's direction: where the paper found the proposal
+    worse, 'holds' means it is worse here too."""
+    higher = sig.KINDS[c.kind].higher_is_better
+    if paper_diff and (paper_diff > 0) != higher:
+        return {sig.HOLDS: sig.REVERSED, sig.REVERSED: sig.HOLDS}.get(c.verdict, c.verdict)
+    return c.verdict
+
+
+def seed_pairs(root: Path, baseline: Cell, proposal: Cell) -> list[tuple[int, Path, Path]]:
+    """(seed, baseline run folder, proposal run folder) for each seed both cells ran (that
+    started logging) under the grid folder ``root``, in seed order: the pairs a claim is
+    tested on."""
     seeds = {}
     for cell in (baseline, proposal):
         seeds[cell.name] = {seed_of(d, cell): d for d in cell_runs(root, cell)
                             if read_run(d).has_metrics}
     common = sorted(set(seeds[baseline.name]) & set(seeds[proposal.name]))
-    if not common:
+    return [(seed, seeds[baseline.name][seed], seeds[proposal.name][seed]) for seed in common]
+
+
+def _paired_units(root: Path, baseline: Cell, proposal: Cell, key: str):
+    """(kind, baseline stats per seed, proposal stats per seed, units) over the seeds both
+    cells ran, or why there is no comparison (a short text for the table)."""
+    pairs = seed_pairs(root, baseline, proposal)
+    if not pairs:
         return "not run (no seed of both cells)"
     kind, b_stats, p_stats = None, [], []
-    for seed in common:
+    for seed, b_dir, p_dir in pairs:
         try:
-            b_kind, b_ids, b = sig.run_units(seeds[baseline.name][seed], key)
-            kind, p_ids, p = sig.run_units(seeds[proposal.name][seed], key)
+            b_kind, b_ids, b = sig.run_units(b_dir, key)
+            kind, p_ids, p = sig.run_units(p_dir, key)
         except (FileNotFoundError, ValueError) as err:
             return f"no paired test: {err}".replace("|", "/")
         if b_ids != p_ids:

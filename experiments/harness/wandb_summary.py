@@ -1,6 +1,7 @@
 """A grid's W&B summary run: after its cells, one short run in their group with the paper's
 table (our numbers as the reader gives them, :func:`summary_table`), the paired tests of
-the claims (:func:`claims_table`) and the figures of ``report --plot``.
+the claims (:func:`claims_table`) and within each slice of the test set the experiment
+declares (experiments/harness/slice_report.py), and the figures of ``report --plot``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from experiments.harness.loggers import wandb_mode, wandb_project, wandb_setting
 from experiments.harness.runs import collect, cost_values
 from experiments.harness.scale import scale_line
 from experiments.harness.significance import mean_std
+from experiments.harness.slice_report import slices_table
 from experiments.harness.verdicts import claim_results
 
 
@@ -63,7 +65,9 @@ def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
     type ``summary``, its config carrying the runs' scale (``report``'s Scale line), with
     the paper's table and its cost columns (:func:`summary_table`) as
     ``paper_table``, the paired tests of the paper's claims (:func:`claims_table`) as
-    ``claims_table`` and the figures of ``report --plot`` as images (:func:`log_grid_plots`).
+    ``claims_table``, the same claims within each declared slice of the test set
+    (:func:`slices_table`) as ``slices_table`` and the figures of ``report --plot`` as images
+    (:func:`log_grid_plots`).
     W&B failing to start or to log is one printed line: the grid's runs are done."""
     group = group_name(grid, config)
     root = experiment.grid_folder(grid, config)
@@ -90,6 +94,10 @@ def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
             columns, rows = claims_table(experiment, grid, config)
             tables["claims_table"] = wandb.Table(columns=columns, data=rows,
                                                  allow_mixed_types=True)
+            if experiment.slices:
+                columns, rows = slices_table(experiment, grid, config)
+                tables["slices_table"] = wandb.Table(columns=columns, data=rows,
+                                                     allow_mixed_types=True)
         try:
             run.log(tables)
             log_grid_plots(run, experiment, grid, config)

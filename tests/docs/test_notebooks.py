@@ -44,9 +44,6 @@ NEEDS = {
                                       "dwin_classification-table5-repro-paper.png",
                                       "dwin_classification-table5-repro-claims.png")),
 }
-#: seconds a notebook may take at the short setting, one thread (measured at 70439e3 on a
-#: loaded 2-core machine: coda_anatomy 42 s, results 18 s)
-BUDGET = {"coda_anatomy.ipynb": 120, "results.ipynb": 90}
 SHORT = {"CODA_FIG2_STEPS": str(figures.FIG2_CHECK), "WINDOW_MASKS_STEPS": "30",
          "DECOMP_MAPS_STEPS": "20", "DENSITY_MATRIX_STEPS": "15", "CODA_ANATOMY_STEPS": "4",
          "ATTNREPRO_THREADS": "1"}
@@ -102,7 +99,6 @@ def test_notebook_runs(path, shared, monkeypatch, tmp_path):
     out = tmp_path / "figures" / study
     assert all((out / name).stat().st_size > 0 for name in files)
     assert {p: p.read_bytes() for p in tracked} == tracked  # the committed files untouched
-    assert seconds < BUDGET.get(path.name, 600), f"{path.name} took {seconds:.0f} s"
     if path.name == "coda_anatomy.ipynb":
         check_anatomy(json.loads((out / "anatomy_summary.json").read_text()))
     if path.name == "results.ipynb":

@@ -41,7 +41,7 @@ def test_quickstart_commands_are_make_targets():
 
 def test_the_demo_prints_committed_files():
     """The committed results `make demo` prints after its own run (the 20,000-step curves,
-    the 100K-step runs finished so far) exist: a renamed results file breaks the demo here,
+    the 100K-step runs) exist: a renamed results file breaks the demo here,
     not on a user's first run."""
     makefile = (ROOT / "Makefile").read_text()
     recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
@@ -268,3 +268,64 @@ def test_claims_counts_are_the_boards():
                    (r"^(\d+) hold", r"(\d+) not significant", r"(\d+) reversed",
                     r"(\d+) not run here")]
     assert said_counts == counts
+
+
+# -- README numbers that name a results file are that file's ---------------------------------
+RESULTS = ROOT / "results"
+
+
+def demo_time(text: str) -> tuple[int, int]:
+    """`make demo`'s measured wall time in results/coda_mlu_demo.md: (minutes, seconds)."""
+    m, s = re.search(r"^# `make demo` \((\d+) min (\d+) s wall", text, flags=re.M).groups()
+    return int(m), int(s)
+
+
+def make_results_minutes(index: str) -> tuple[int, int]:
+    """The least and most minutes of `make results`: the sum over results/README.md's rows of
+    each rerun's minutes, ``(N)``, ``(a-b, est.)`` or ``(about N, ...)``; rows of one command
+    (CoDA Figure 2's two files) counted once."""
+    spans = {}
+    for name, minutes in re.findall(r"^\| `([^`]+)` \|.*?`make results` \(([^)]*\d[^)]*)\)",
+                                    index, flags=re.M):
+        low, high = re.match(r"(?:about )?(\d+)(?:-(\d+))?", minutes).groups()
+        spans[name.split("_summary")[0].removesuffix(".png")] = (int(low), int(high or low))
+    return sum(lo for lo, _ in spans.values()), sum(hi for _, hi in spans.values())
+
+
+def seeds_and_cells(folder: Path) -> tuple[int, int]:
+    """(cells, seeds of the first cell) of a committed runs folder's grid."""
+    runs = [d.name.rsplit("-seed", 1) for d in folder.iterdir() if "-seed" in d.name]
+    cells = sorted({cell for cell, _ in runs})
+    return len(cells), sum(cell == cells[0] for cell, _ in runs)
+
+
+def test_readme_numbers_are_their_results_files():
+    """Each README number that names a results file (and the demo config's header comment,
+    which the claims board shows) is what that file holds."""
+    said = re.sub(r"\s+", " ", README)
+    minutes, seconds = demo_time((RESULTS / "coda_mlu_demo.md").read_text())
+    assert f"learning curves: {minutes} min {seconds} s" in said, \
+        f"README's quickstart: make demo should say {minutes} min {seconds} s (coda_mlu_demo.md)"
+    assert f"It took {minutes} minutes {seconds} seconds" in said, \
+        f"README: make demo took {minutes} minutes {seconds} seconds (coda_mlu_demo.md)"
+    config = (ROOT / "experiments/configs/coda_mlu/demo.yaml").read_text()
+    assert f"in # {minutes} min {seconds} s on 2 cores (results/coda_mlu_demo.md" in \
+        re.sub(r"\s+", " ", config), "demo.yaml's header: the time of results/coda_mlu_demo.md"
+    low, high = make_results_minutes((RESULTS / "README.md").read_text())
+    assert f"about {low}-{high} minutes in all" in said, \
+        f"README: make results takes about {low}-{high} minutes by results/README.md"
+    _, sst_seeds = seeds_and_cells(RESULTS / "sst_table5_runs/dwin_classification/table5-repro")
+    assert f"| DW 5, SST accuracy, {sst_seeds} seeds |" in README, \
+        f"README: DW Table 5's SST row has {sst_seeds} seeds in results/sst_table5_runs"
+    cells, seeds = seeds_and_cells(RESULTS / "imdb_table5_runs/dwin_classification/table5-paper")
+    assert f"| DW 5, IMDB accuracy on the complete aclImdb, {cells} of 5 cells, {seeds} seed" \
+        in README, f"README: DW Table 5's IMDB row has {cells} cells, {seeds} seed(s) committed"
+
+
+def test_readme_number_readers_read_their_files():
+    assert demo_time("# `make demo` (8 min 8 s wall on this machine)\n") == (8, 8)
+    index = ("| `a.md` | x | y | `make results` (3-8, est.) |\n| `b.md` | x | y | `make results` "
+             "(5) |\n| `f.png` | x | y | `make results` (about 10, by z) |\n| `f_summary.csv` | x |"
+             " y | `make results` (about 10, by z) |\n| `c` | x | y | written by `make results` "
+             "(absent until its first run) |\n")
+    assert make_results_minutes(index) == (18, 23)

@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -34,6 +35,80 @@ WRITTEN_WHOLE = {"coda_mlu_curve.md": "(made by `python -m experiments.curves ",
                                   "experiments.curves " for name, folder, *_ in CURVES}}
 
 PROVENANCE = ("Commit", "Command", "Machine", "Threads", "Rerun")
+
+#: what a Machine field names: the cores, the CPU model and torch's CPU capability
+MACHINE_FACTS = {"cores": r"\b\d+ cores\b", "CPU model": r"\b(?:AMD EPYC|Intel|Xeon|Apple M\d)",
+                 "capability": r"\b(?:AVX-?512|AVX2|NEON|SVE)\b"}
+
+#: results files whose machine is not recorded in full, and why no record of it exists (the
+#: runs, their committed hparams.yaml and cost rows, and the files' and runs' commits searched)
+MACHINE_NOT_RECORDED = {
+    "adm_decoder_bench.md": "a benchmark of 2026-11-23: it prints no machine, its commits name "
+                            "none",
+    "coda_mlu_curve.md": "runs of 2026-11-23, before runs logged machine/* (172447e), their "
+                         "commit unrecorded; folders not committed",
+    "coda_mlu_study.md": "runs log no core count and predate machine/cpu_model (feaed29)",
+    "coda_mlu_table6_100k_curves.md": "runs log no core count and predate machine/cpu_model "
+                                      "(feaed29)",
+    "coda_mlu_table6_100k.md": "runs before machine/cpu_model (feaed29): the CPU model is not "
+                               "in their hparams.yaml",
+    "coda_mt_chosen.md": "runs before machine/cpu_model (feaed29): the CPU model is not in "
+                         "their hparams.yaml",
+    "coda_mt_small.md": "runs of 2026-11-23, before machine/* (172447e); only BLEU files "
+                        "committed",
+    "coda_ranking_wikiqa_cpu.md": "runs of 2026-11-23, before machine/* (172447e); only final "
+                                  "scores committed",
+    "decoding_bench.md": "a benchmark of 2026-11-23: it prints no machine, its commits name none",
+    "dwin_classification_cost.md": "the runs' hparams.yaml (machine/*) were left uncommitted in "
+                                   "/work/cost_runs",
+    "dwin_mt_cost.md": "the grid's runs (machine/*) were left uncommitted; the runs it paused "
+                       "predate machine/cpu_model",
+    "dwin_mt_table4_speed.md": "runs of 2026-11-23, before machine/* (172447e); folders not "
+                               "committed",
+    "model_cost_interleaved.md": "the benchmark prints no machine; no measurement beside the "
+                                 "before/after pair records one",
+    "qadm_mt_small.md": "runs of 2026-11-23, before machine/* (172447e); only BLEU files "
+                        "committed",
+    "sst_table5_repro.md": "CoDA's runs predate machine/* (172447e), DW seeds 0-1 "
+                           "machine/cpu_model (feaed29)",
+    "window_variants_bench.md": "a benchmark (no machine printed); the runs beside it predate "
+                                "machine/cpu_model",
+}
+
+#: results files whose numbers do not depend on the machine, and why
+MACHINE_FREE = {"CLAIMS.md": "paired tests recomputed by seeded numpy on committed files; the "
+                             "runs' machines are in their own results files"}
+
+
+def machine_problem(name: str, machine: str) -> str | None:
+    """What is wrong with a results file's Machine field, None when nothing: unless the file
+    is listed (MACHINE_NOT_RECORDED, MACHINE_FREE), it names every fact of MACHINE_FACTS and
+    says 'not recorded' nowhere; a file that lists 'not recorded' says it."""
+    if name in MACHINE_FREE:
+        return None
+    if name in MACHINE_NOT_RECORDED:
+        if "not recorded" not in machine:
+            return (f"{name}: listed in MACHINE_NOT_RECORDED but its Machine field records "
+                    f"everything; remove it from the list")
+        return None
+    if "not recorded" in machine:
+        return (f"{name}: Machine says 'not recorded'; find the machine (runs' hparams.yaml "
+                f"machine/*, cost rows, git log -p) or list the file in MACHINE_NOT_RECORDED "
+                f"with the reason")
+    missing = [fact for fact, pattern in MACHINE_FACTS.items() if not re.search(pattern, machine)]
+    if missing:
+        return f"{name}: Machine names no {', no '.join(missing)}: {machine!r}"
+    return None
+
+
+def test_machine_problem_catches_a_machine_not_recorded():
+    full = "2 cores, AMD EPYC, AVX-512, torch 2.13.0+cpu."
+    assert machine_problem("x.md", full) is None
+    assert "'not recorded'" in machine_problem("x.md", "not recorded (cores, CPU model).")
+    assert "no CPU model" in machine_problem("x.md", "2 cores, AVX-512.")
+    assert "no cores, no capability" in machine_problem("x.md", "AMD EPYC.")
+    assert machine_problem("decoding_bench.md", "2 cores; CPU model not recorded.") is None
+    assert "remove it" in machine_problem("decoding_bench.md", full)
 
 
 def table_rows(text: str, header: str) -> list[list[str]]:
@@ -70,12 +145,26 @@ REPORTS = [
      "experiments/coda_sentiment.py", ["table5", "--config", "paper"]),
     ("imdb_table5.md", "## Differentiable Window Table 5, IMDB column", "imdb_table5_runs",
      "experiments/dwin_classification.py", ["table5", "--config", "paper"]),
+    ("attention_compare.md", "## Runs so far: SST", "attention_compare_runs",
+     "experiments/attention_compare.py", ["sst", "--config", "paper"]),
+    # report --slices (issue 48): the claims within slices of the test set
+    ("coda_mlu_table6_100k.md", "## Slices: where the gain is", "coda_mlu_table6_runs",
+     "experiments/coda_mlu.py", ["table6_chosen", "--config", "table6_100k", "--slices"]),
+    ("sst_table5_repro.md", "## Slices of Differentiable Window Table 5, SST column",
+     "sst_table5_runs", "experiments/dwin_classification.py",
+     ["table5", "--config", "repro", "--slices"]),
+    ("imdb_table5.md", "## Slices of CoDA Table 5, IMDb column", "imdb_table5_runs",
+     "experiments/coda_sentiment.py", ["table5", "--config", "paper", "--slices"]),
+    ("imdb_table5.md", "## Slices of Differentiable Window Table 5, IMDB column",
+     "imdb_table5_runs", "experiments/dwin_classification.py",
+     ["table5", "--config", "paper", "--slices"]),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, section, folder, script, args", REPORTS,
-                         ids=[f"{r[0]}:{Path(r[3]).stem}" for r in REPORTS])
+                         ids=[f"{r[0]}:{Path(r[3]).stem}" + ("-slices" * ("--slices" in r[4]))
+                              for r in REPORTS])
 def test_report_comes_out_of_the_committed_runs(tmp_path, name, section, folder, script, args):
     """The command the file names, on a copy of the committed runs (report writes nothing,
     and a test never writes into tracked files), prints the committed table to the byte."""
@@ -191,11 +280,25 @@ def test_every_results_file_names_commit_command_machine_and_threads(name):
     text = (RESULTS / name).read_text()
     if name in WRITTEN_WHOLE:
         assert WRITTEN_WHOLE[name] in text
+        made_at = re.search(r"^Runs made at: (.+)$", text, flags=re.M)
+        assert made_at, f"{name}: no 'Runs made at:' line (experiments.curves --runs-commit)"
+        named = commits_named(made_at.group(1))
+        assert named, f"{name}: 'Runs made at:' names no commit"
+        if shutil.which("git") and (ROOT / ".git").exists():
+            assert {c for c in named if not is_commit(c)} == set(), name
+        if "not recorded" in made_at.group(1):
+            assert name in MACHINE_NOT_RECORDED, f"{name}: runs' commit not recorded, not listed"
+        machine = re.search(r"^Machine \(.*?\): (.+)$", text, flags=re.M)
+        assert machine, f"{name}: no 'Machine (...):' line (experiments.curves format_machine)"
+        problem = machine_problem(name, machine.group(1))
+        assert problem is None, problem
         return
     assert text.count("\n## Provenance\n") == 1, f"{name}: no '## Provenance' section"
     fields = provenance(text)
     assert tuple(fields) == PROVENANCE, f"{name}: {tuple(fields)}"
     assert all(len(fields[k]) > 10 for k in ("Commit", "Command", "Machine", "Rerun")), fields
+    problem = machine_problem(name, fields["Machine"])
+    assert problem is None, problem
     assert re.search(r"\d", fields["Threads"]), fields["Threads"]
     named = commits_named(fields["Commit"])
     assert named, f"{name}: no commit in {fields['Commit']!r}"
@@ -203,6 +306,11 @@ def test_every_results_file_names_commit_command_machine_and_threads(name):
         assert {c for c in named if not is_commit(c)} == set(), name
     rerun = fields["Rerun"]
     assert any(k in rerun for k in ("make results", "long", "re-derived", "not in `make")), rerun
+
+
+def test_machine_lists_name_existing_results_files():
+    for name in (*MACHINE_NOT_RECORDED, *MACHINE_FREE):
+        assert (RESULTS / name).is_file(), f"MACHINE_NOT_RECORDED names {name}: no such file"
 
 
 def test_provenance_reads_the_closing_section():
@@ -216,8 +324,9 @@ def test_provenance_reads_the_closing_section():
 @pytest.mark.parametrize("name, folder, grid, config", CURVES, ids=[c[0] for c in CURVES])
 def test_mlu_curves_come_out_of_the_committed_runs(tmp_path, name, folder, grid, config):
     """The CoDA decoder study's table and curves (results/coda_mlu_study.{md,csv}) and Table
-    6's 100K-step curves: the command the file's last line names, on a copy of the committed
-    run files, writes them to the byte (into tmp_path: a test never writes into tracked
+    6's 100K-step curves: the command the file's last line names (with the commit of its runs,
+    --runs-commit), on a copy of the committed run files, writes them to the byte (into
+    tmp_path: a test never writes into tracked
     files), and the gate figure beside them (the runs logged the gate)."""
     runs = tmp_path / "runs"
     shutil.copytree(RESULTS / folder, runs)
@@ -225,15 +334,19 @@ def test_mlu_curves_come_out_of_the_committed_runs(tmp_path, name, folder, grid,
     env.update(ATTNREPRO_RUNS=str(runs), ATTNREPRO_CACHE=str(tmp_path / "cache"),
                HOME=str(tmp_path), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
     out = tmp_path / "out" / name
-    proc = subprocess.run(
-        [sys.executable, "-m", "experiments.curves", "coda_mlu", grid, "--config", config,
-         "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    committed = (RESULTS / f"{name}.md").read_text()
+    command = shlex.split(re.search(r"\(made by `(.+)`\)\n\Z", committed).group(1))
+    prefix = [f"ATTNREPRO_RUNS=results/{folder}", "python", "-m", "experiments.curves",
+              "coda_mlu", grid]
+    assert command[:6] == prefix and command[-4:] == ["--config", config, "--out",
+                                                      f"results/{name}"], command
+    proc = subprocess.run([sys.executable, *command[2:-1], str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert out.with_suffix(".csv").read_bytes() == (RESULTS / f"{name}.csv").read_bytes()
     made = out.with_suffix(".md").read_text().replace(str(out), f"results/{name}") \
         .replace(str(runs), f"results/{folder}")
-    assert made == (RESULTS / f"{name}.md").read_text()
-    assert made.rstrip().endswith(f"--config {config} --out results/{name}`)")
+    assert made == committed
     assert (out.parent / f"{name}-gates.png").exists()
 
 

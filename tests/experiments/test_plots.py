@@ -215,8 +215,16 @@ def test_coda_gate_figure_beside_the_validation_curve(tmp_path, monkeypatch):
     # experiments/harness/curves.py draws with the same functions and adds the gate figure
     from experiments.harness import curves
 
+    (group / "coda-seed1" / "hparams.yaml").write_text(
+        "machine/cpu_capability: AVX512\nmachine/threads: 1\n")
+    (group / "transformer-seed0" / "hparams.yaml").write_text("machine/threads: 2\n")
     curves.main(["coda_mlu", "study", "--config", "curve", "--out", str(tmp_path / "c")])
     assert (tmp_path / "c.png").stat().st_size > 0 and (tmp_path / "c-gates.png").exists()
+    # the runs' commit not given; their machine/* as logged, each key's values over the runs
+    assert ("\nRuns made at: not given (--runs-commit names the commit).\nMachine (machine/* of "
+            "the 3 runs' hparams.yaml): CPU model not recorded, torch's CPU capability AVX512, "
+            "threads per run 1 / 2, torch not recorded; cores not recorded by the runs.\n"
+            ) in (tmp_path / "c.md").read_text()
     assert learning_curves(experiment, grid, "curve")["coda"] == {
         1000: pytest.approx([20.0, 20.0]), 2000: pytest.approx([30.0, 30.0])}
 
@@ -247,6 +255,7 @@ def test_grid_summary_run_logs_the_figures_as_images(sentiment_runs, tmp_path, m
         assert logged[f"plots/{name}/format"] == ["png"]
         assert logged[f"plots/{name}/caption"][0].startswith(caption)
     assert logged["paper_table/_type"] == ["table-file"]
+    assert logged["slices_table/_type"] == ["table-file"]  # report --slices, as numbers
     assert not any(k.startswith("plots/gates") for k in logged)
 
 
