@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 # where data lives and how it is downloaded: datamodules/fetch.py (torch-free), re-exported
-from datamodules.fetch import PROJECT_ROOT, shared_data_dir  # noqa: F401
+from datamodules.fetch import PROJECT_ROOT, cache_root, shared_data_dir  # noqa: F401
 from fileio import write_atomic
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
@@ -34,7 +34,7 @@ T = TypeVar("T")
 
 def cache_dir() -> Path:
     """Where built vocabularies, BPE models and tensors are cached ($ATTNREPRO_CACHE)."""
-    path = Path(os.environ.get("ATTNREPRO_CACHE", PROJECT_ROOT / ".cache"))
+    path = cache_root()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

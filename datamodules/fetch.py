@@ -26,12 +26,17 @@ Command::
 
     python -m datamodules.fetch <dataset|all> [...] [--data_dir DIR]   # download and unpack
     python -m datamodules.fetch --status [<dataset|all> ...] [--details] [--data_dir DIR]
+    python -m datamodules.fetch --check <dataset> [...] [--data_dir DIR]
 
 The status of every dataset (no names, or ``all``) is a line counting them by state, then one
-line each; with ``--details``, or for datasets named, it gives per dataset and file:
+line each: ``complete`` (the whole release), ``usable`` (not complete, but the files a shipped
+config reads are there: the registry's ``parts``), ``incomplete``, ``missing``, ``corrupt``
+or ``by hand``; with ``--details``, or for datasets named, it gives per dataset and file:
 ``present`` (sha256 verified), ``unverified`` (present, no sha256 known), ``missing`` or
 ``corrupt`` (sha256 mismatch); files unpacked from an archive or made by hand carry no
-checksum of their own (``present`` = the file exists).
+checksum of their own (``present`` = the file exists).  ``--status`` reports (exit status
+0); ``--check`` is the question "can these datasets be read?": the same report, exit
+status 1 unless each named dataset is complete or usable.
 
 This module imports neither torch nor the DataModules, so the command starts fast; the
 DataModules import it.  Experiment code calls :func:`prepare` on a DataModule before
@@ -74,6 +79,12 @@ CHUNK = 1 << 16
 def shared_data_dir() -> Path:
     """The real published data beside the project (``../shared/data``), or $ATTNREPRO_DATA."""
     return Path(os.environ.get("ATTNREPRO_DATA", PROJECT_ROOT.parent / "shared" / "data"))
+
+
+def cache_root() -> Path:
+    """Where built vocabularies, BPE models and tensors are cached: ``$ATTNREPRO_CACHE``, else
+    the project's ``.cache/`` (datamodules.common.cache_dir makes it)."""
+    return Path(os.environ.get("ATTNREPRO_CACHE", PROJECT_ROOT / ".cache"))
 
 
 def data_root(data_dir: str | os.PathLike | None = None) -> Path:
@@ -551,13 +562,27 @@ def dataset_state(entry: Dataset, files: list[FileStatus]) -> str:
 
 
 #: how the summary of ``--status`` counts a dataset, in the order it lists them
-SUMMARY_STATES = ("complete", "incomplete", "missing", "corrupt", "by hand")
+SUMMARY_STATES = ("complete", "usable", "incomplete", "missing", "corrupt", "by hand")
+#: the states of a dataset a DataModule can read (``--check`` passes)
+READABLE = ("complete", "usable")
 
 
-def summary_state(entry: Dataset, files: list[FileStatus]) -> str:
-    """A dataset in one word of :data:`SUMMARY_STATES`: ``missing`` when none of its data
-    files is there, ``by hand`` when it has no download and a file is missing."""
+def usable_parts(entry: Dataset, root: Path) -> list[str]:
+    """The registry's ``parts`` of a dataset whose files are all under the data root: which
+    shipped configs can read it although the release is not all there."""
+    folder = root / entry.folder
+    return [what for what, files in entry.parts if all((folder / f).exists() for f in files)]
+
+
+def summary_state(entry: Dataset, files: list[FileStatus], root: Path | None = None) -> str:
+    """A dataset in one word of :data:`SUMMARY_STATES`: ``usable`` when it is not complete
+    but a shipped config's files (:func:`usable_parts`, under ``root``) are there,
+    ``missing`` when none of its data files is there, ``by hand`` when it has no download
+    and a file is missing."""
     state = dataset_state(entry, files)
+    if state not in ("complete", "nothing to download") and root is not None \
+            and not state.startswith("corrupt") and usable_parts(entry, root):
+        return "usable"
     if state == "nothing to download":
         return "complete" if all(f.state != "missing" for f in files) else "by hand"
     if state.startswith("incomplete"):
@@ -569,44 +594,50 @@ def summary_state(entry: Dataset, files: list[FileStatus]) -> str:
 
 def format_summary(keys: Sequence[str], root: Path) -> tuple[str, bool]:
     """``--status``: one line counting the datasets ``keys`` by state, then one line each
-    (incomplete and corrupt ones with :func:`dataset_state`'s counts), and how to see every
-    file."""
+    (incomplete and corrupt ones with :func:`dataset_state`'s counts, usable ones with the
+    configs that read them), and how to see every file; and whether each is readable."""
     states = {}
     for key in keys:
         entry = DATASETS[key]
         files = file_status(entry, root)
-        states[key] = (summary_state(entry, files), dataset_state(entry, files))
+        word = summary_state(entry, files, root)
+        states[key] = (word, f"by {'; '.join(usable_parts(entry, root))}"
+                       if word == "usable" else dataset_state(entry, files))
     counts = {s: sum(word == s for word, _ in states.values()) for s in SUMMARY_STATES}
     lines = [f"{len(keys)} dataset{'s' * (len(keys) != 1)} under {root}: "
              + ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
     width = max(map(len, keys))
     for key, (word, state) in states.items():
         detail = state.partition(" ")[2] if word in ("incomplete", "corrupt") else ""
+        detail = state if word == "usable" else detail
         lines.append(f"  {key:<{width}}  {word}{f' {detail}' if detail else ''}")
     lines.append("every file (present / unverified / missing / corrupt, and where to get it): "
                  "python -m datamodules.fetch --status --details [<dataset> ...]")
-    complete = all(word == "complete" for word, _ in states.values())
-    return "\n".join(lines) + "\n", complete
+    readable = all(word in READABLE for word, _ in states.values())
+    return "\n".join(lines) + "\n", readable
 
 
 def format_status(keys: Sequence[str], root: Path) -> tuple[str, bool]:
-    """The status report of datasets ``keys`` and whether they are all complete."""
+    """The status report of datasets ``keys`` and whether each is readable (complete, or
+    usable by a shipped config: :func:`summary_state`)."""
     lines = [f"data root: {root}  (--data_dir, else $ATTNREPRO_DATA, else ../shared/data)",
              LEGEND, ""]
-    complete = True
+    readable = True
     for key in keys:
         entry = DATASETS[key]
         files = file_status(entry, root)
         state = dataset_state(entry, files)
-        complete &= state in ("complete", "nothing to download")
+        readable &= summary_state(entry, files, root) in READABLE
         readers = f" [{', '.join(entry.datamodules)}]" if entry.datamodules else ""
         lines.append(f"{key}: {entry.title}{readers}")
         lines.append(f"  folder {root / entry.folder}: {state}; checksums: {entry.checksums}")
+        lines += [f"  usable by {what}" for what in usable_parts(entry, root)
+                  if state != "complete"]
         lines += _file_lines(files, root / entry.folder)
         if entry.how_to_get and (entry.manual or not entry.downloads):
             lines.append(f"  {'by hand' if entry.manual else 'note'}: {entry.how_to_get}")
         lines.append("")
-    return "\n".join(lines).rstrip() + "\n", complete
+    return "\n".join(lines).rstrip() + "\n", readable
 
 
 def _file_lines(files: list[FileStatus], folder: Path) -> list[str]:
@@ -662,10 +693,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("datasets", nargs="*", metavar="dataset",
                         help="registry names, or 'all' (with --status: default all)")
     parser.add_argument("--status", action="store_true",
-                        help="one line per dataset (complete / incomplete / missing / corrupt "
-                             "/ by hand) after a line counting them; with --details or named "
-                             "datasets, every file: present / unverified / missing / corrupt "
-                             "(exit status 1 unless all are complete)")
+                        help="one line per dataset (complete / usable by a shipped config / "
+                             "incomplete / missing / corrupt / by hand) after a line counting "
+                             "them; with --details or named datasets, every file: present / "
+                             "unverified / missing / corrupt (exit status 0)")
+    parser.add_argument("--check", action="store_true",
+                        help="the status of the datasets named, exit status 1 unless each is "
+                             "complete or usable by a shipped config")
     parser.add_argument("--details", action="store_true",
                         help="with --status: every file of every dataset")
     parser.add_argument("--data_dir", default=None,
@@ -673,15 +707,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     root = data_root(args.data_dir)
-    if args.status:
+    if args.check and not args.datasets:
+        parser.error("--check needs the datasets to check (or 'all')")
+    if args.status or args.check:
         keys = _keys(args.datasets, parser)
         named = args.datasets and "all" not in args.datasets
-        text, complete = (format_status if args.details or named else format_summary)(keys, root)
+        text, readable = (format_status if args.details or (named and not args.check)
+                          else format_summary)(keys, root)
         sys.stdout.write(text)
-        return 0 if complete else 1
+        return 1 if args.check and not readable else 0
     if not args.datasets:
         parser.error("name a dataset (or 'all') to download, or use --status")
     keys = _keys(args.datasets, parser)
+    problem = fileio.folder_problem(root)
+    if problem is not None:  # before any download: the root must take the files
+        print(f"error: {problem} (the data root: --data_dir, else $ATTNREPRO_DATA, else "
+              "../shared/data)", file=sys.stderr)
+        return 1
     failed = False
     for key in keys:
         if not DATASETS[key].downloads and len(keys) > 1:

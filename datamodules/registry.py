@@ -54,7 +54,10 @@ class Dataset:
     default folder of its DataModule), the downloads that give them and the files no
     download gives (``manual``, with ``how_to_get``).  ``datamodules``: the classes that read
     it (by name, for the status report; a DataModule names its entry in its ``dataset``
-    attribute)."""
+    attribute).  ``parts``: what shipped configs read instead of the whole release, as
+    (which configs, the files relative to ``folder``): with those files there the dataset
+    is usable by those configs (the status report's ``usable``;
+    tests/experiments/test_nothing_lost.py checks the configs' files against them)."""
 
     key: str
     title: str
@@ -64,6 +67,7 @@ class Dataset:
     how_to_get: str = ""
     checksums: str = "no sha256 published: unverified"
     datamodules: tuple[str, ...] = ()
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -132,7 +136,9 @@ DATASETS: dict[str, Dataset] = {d.key: d for d in [
         size=94550081,
         provides=_splits("snli_1.0/snli_1.0_{split}.{fmt}", ("train", "dev", "test"),
                          ("jsonl", "txt"))),), checksums=HF_SHA,
-        datamodules=("SNLIDataModule",)),
+        datamodules=("SNLIDataModule",),
+        parts=(("the smoke configs of decomp_snli and coda_nli: the dev set's first 1,288 "
+                "lines", ("snli_1.0_dev.first1288.jsonl",)),)),
     Dataset("multinli", "MultiNLI 1.0", "multinli_1.0", (Download(
         "https://cims.nyu.edu/~sbowman/multinli/multinli_1.0.zip", archive=True,
         sha256="049f507b9e36b1fcb756cfd5aeb3b7a0cfcb84bf023793652987f7e7e0957822",
@@ -173,7 +179,9 @@ DATASETS: dict[str, Dataset] = {d.key: d for d in [
             manual=("TRAIN-ALL.xml", "TRAIN.xml", "DEV.xml", "TEST.xml"),
             how_to_get="no official download left: TrecQA/data/ of https://github.com/"
                        "castorini/data holds these files; copy them here",
-            checksums="no download", datamodules=("TrecQADataModule",)),
+            checksums="no download", datamodules=("TrecQADataModule",),
+            parts=(("coda_ranking's smoke and cpu configs: TRAIN to train, DEV to test",
+                    ("TRAIN.xml", "DEV.xml")),)),
     Dataset("ubuntu", "Ubuntu Dialogue Corpus v2 (pass this folder as data_dir)", "ubuntu",
             manual=("train.csv", "valid.csv", "test.csv"),
             how_to_get="no single download: build the v2 CSV files with https://github.com/"
@@ -195,19 +203,25 @@ DATASETS: dict[str, Dataset] = {d.key: d for d in [
         strip="trees",
         sha256="5c613a4f673fc74097d523a2c83f38e0cc462984d847b82c7aaf36b01cbbbfcc",
         size=789539, provides=("train.txt", "dev.txt", "test.txt")),), checksums=HF_SHA,
-        datamodules=("SSTDataModule",)),
+        datamodules=("SSTDataModule",),
+        parts=(("the smoke, repro and speed configs (format ptb): train and dev trees",
+                ("train.txt", "dev.txt")),)),
     Dataset("sst2", "GLUE SST-2 (SSTDataModule format='glue')", "sst2_glue", (Download(
         "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip", archive=True, strip="SST-2",
         sha256="d67e16fb55739c1b32cdce9877596db1c127dc322d93c082281f64057c16deaa",
         size=7439277, provides=("train.tsv", "dev.tsv", "test.tsv")),), checksums=HF_SHA,
-        datamodules=("SSTDataModule",)),
+        datamodules=("SSTDataModule",),
+        parts=(("coda_sentiment's smoke config: train.tsv cut 90/10",
+                ("glue_sst2_train.part90.tsv", "glue_sst2_train.part10.tsv")),)),
     Dataset("sva", "Linzen et al. 2016 number prediction (rnn_agr_simple)",
             "linzen_agreement", (Download(
                 "http://tallinzen.net/media/rnn_agreement/rnn_agr_simple.tar.gz", archive=True,
                 strip="rnn_agr_simple",
                 provides=("numpred.train", "numpred.val", "numpred.test")
                 + tuple(f"numpred.test.{i}" for i in range(6))),),
-            datamodules=("SVADataModule",)),
+            datamodules=("SVADataModule",),
+            parts=(("dwin_classification's smoke config",
+                    ("numpred.val", "numpred.test.5", "numpred.test.4")),)),
     Dataset("lm1b", "One Billion Word Benchmark (r13output)", LM1B, (Download(
         f"http://www.statmt.org/lm-benchmark/{LM1B}.tar.gz", archive=True, strip=LM1B,
         sha256="01ba60381110baf7f189dfd2b8374de371e8c9a340835793f190bdae9e90a34e",
@@ -223,7 +237,11 @@ DATASETS: dict[str, Dataset] = {d.key: d for d in [
         for name in ("train.en", "train.vi", "tst2012.en", "tst2012.vi", "tst2013.en",
                      "tst2013.vi", "vocab.en", "vocab.vi")),
         checksums=HF_SHA + " (train, tst2012, tst2013); vocab files: unverified",
-        datamodules=("IWSLT15DataModule",)),
+        datamodules=("IWSLT15DataModule",),
+        parts=(("the smoke configs of coda_mt and qadm_mt: the first 1,000 training pairs, "
+                "tst2012, the vocabularies",
+                ("train.first1000.en", "train.first1000.vi", "tst2012.en", "tst2012.vi",
+                 "vocab.en", "vocab.vi")),)),
     _wmt("wmt14_en_de", "14", ("en", "de"), "newstest2013", "newstest2014", WMT14 + "dev.tgz",
          WMT14 + "test-full.tgz", "test-full",
          "no single archive of the training text: build train.en / train.de (Europarl v7 + "

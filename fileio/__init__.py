@@ -10,6 +10,8 @@ result file, and builds a cache entry once.
 - :func:`write_once` / :func:`build_once`: a cache entry written by one process under its
   lock; the others wait, then read the file it wrote (the downloads of datamodules/fetch.py
   take the same lock).
+- :func:`folder_problem`: why a folder cannot be made or written (a root the environment
+  names, a path argument), so a command says it in one line before it starts.
 - :func:`checkpoint_step`: the training step in a Lightning checkpoint's file name, read
   by the launcher's resume and by checkpoint averaging alike.
 
@@ -159,3 +161,25 @@ def build_once(path: str | os.PathLike, build: Callable[[], T],
     if write_once(path, write):
         return built[0], True
     return load(Path(path)), False
+
+
+def folder_problem(folder: str | os.PathLike) -> str | None:
+    """Why the folder ``folder`` cannot be created or written, as one phrase naming the path
+    (``/proc/x: cannot create it (No such file or directory)``); None when it can.  It is
+    made (with its parents) and a file is created in it and removed: permission bits do not
+    tell (a root process passes ``os.access`` on a read-only or virtual file system)."""
+    path = Path(folder)
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return f"{path}: cannot be a folder ({blocker} is a file)"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        return f"{path}: cannot create it ({err.strerror or err})"
+    probe = path / f".write-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        return f"{path}: cannot write in it ({err.strerror or err})"
+    return None

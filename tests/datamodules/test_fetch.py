@@ -318,7 +318,7 @@ def test_status_present_missing_corrupt_unverified(tmp_path, capsys):
     for name in ("tst2012.en", "vocab.en"):  # published sha256 / none known
         (folder / name).write_bytes(shared(f"iwslt15_en_vi/{name}").read_bytes())
     (folder / "tst2012.vi").write_text("not the release\n")  # a published sha256: corrupt
-    assert fetch.main(["--status", "iwslt15", "--data_dir", str(tmp_path)]) == 1
+    assert fetch.main(["--status", "iwslt15", "--data_dir", str(tmp_path)]) == 0  # a report
     out = capsys.readouterr().out
     url = registry.STANFORD_NMT
     assert f"  present    tst2012.en  <- {url}tst2012.en\n" in out
@@ -354,7 +354,7 @@ def test_status_of_every_dataset_is_a_summary_first(tmp_path, capsys):
     for name in DATASETS["snli"].files:
         (tmp_path / "snli" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "snli" / name).write_text("{}\n")
-    assert fetch.main(["--status", "--data_dir", str(tmp_path)]) == 1
+    assert fetch.main(["--status", "--data_dir", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     words = {key: rest.split(" (")[0] for key, rest in
              (line.strip().split(maxsplit=1) for line in lines[1:-1])}
@@ -366,7 +366,8 @@ def test_status_of_every_dataset_is_a_summary_first(tmp_path, capsys):
     assert lines[0] == f"{len(DATASETS)} datasets under {tmp_path}: " + ", ".join(
         f"{n} {w}" for w, n in counts.items() if n)
     assert lines[-1].endswith("python -m datamodules.fetch --status --details [<dataset> ...]")
-    assert fetch.main(["--status", "all", "--details", "--data_dir", str(tmp_path)]) == 1
+    assert fetch.main(["--status", "all", "--details", "--data_dir", str(tmp_path)]) == 0
+    assert fetch.main(["--check", "iwslt15", "--data_dir", str(tmp_path)]) == 1
     details = capsys.readouterr().out
     assert f"folder {folder}: incomplete (6 of 8 missing, 1 corrupt)" in details
     assert "  corrupt    tst2012.vi  <- " in details
