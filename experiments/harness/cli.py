@@ -20,7 +20,7 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from experiments.harness.checkpoints import AtomicCheckpointIO, checkpoint_problem
-from experiments.harness.command_line import CLI_COMMANDS, CommandLine
+from experiments.harness.command_line import CLI_COMMANDS, RUN_OPTIONS, CommandLine
 from experiments.harness.errors import (
     ConfigError,
     DataErrorInLink,
@@ -34,32 +34,11 @@ from experiments.harness.errors import (
 )
 from experiments.harness.grid_model import Experiment, RunFolderBusy, claim_run, runs_root
 from experiments.harness.loggers import finish_wandb, log_predictions, make_loggers
-from experiments.harness.preflight import missing_dataset_message
+from experiments.harness.preflight import check_folder, missing_dataset_message, root_note
 from experiments.harness.progress import ProgressLines, shows_bar
 from lit_models.base import NonFiniteLossError
 
 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-
-
-#: the options of a run beside the model's, the data's and the trainer's: --run.<name>
-RUN_OPTIONS = {
-    "group": (str, "adhoc", "run group: runs/<experiment>/<group>/, the W&B group"),
-    "name": (str | None, None, "run name (default: a time stamp)"),
-    "grid": (str | None, None, "the grid (paper table) of the run, set by grid/cell: the W&B "
-                               "config's grid"),
-    "cell": (str | None, None, "the grid's cell (table row) of the run, set by grid/cell: the "
-                               "W&B config's cell"),
-    "test_after_fit": (bool, False, "after fit, test on the test split"),
-    "test_ckpt": (str | None, None, "checkpoint to test after fit: None = final weights, "
-                                    "'best' = the best monitored checkpoint"),
-    "average_last": (int | None, None, "after fit, average the last N step checkpoints into "
-                                       "checkpoints/averaged-last<N>.ckpt and test on it "
-                                       "(None/0: off)"),
-    "wandb": (bool, True, "log to W&B (offline without an API key)"),
-    "progress_every": (int | None, None, "without a progress bar (not on a terminal, or "
-                                         "--trainer.enable_progress_bar false): a line every N "
-                                         "optimiser steps (None: about 100 a run; 0: none)"),
-}
 
 
 def run_cli(experiment: Experiment, argv: list[str] | None, line: CommandLine | None = None):
@@ -127,7 +106,7 @@ class CompactParser(LightningArgumentParser):
                          *parser.prog.replace(" [options]", "").split()[1:]])
         message = compact_error(message, self.experiment, self.line)
         sys.stderr.write(f"{prog}: error: {message}{closest_options(parser, message)}\n"
-                         f"(every option: {prog} --help)\n")
+                         f"(every option: {prog} --help full)\n")
         self.exit(2)
 
 
@@ -280,6 +259,7 @@ def claim_run_folder(experiment: Experiment, run) -> None:
     if getattr(rank_zero_only, "rank", 0) != 0:
         return
     root = runs_root() / experiment.name / run.group
+    check_folder(f"{experiment.name}.py", root, root_note("runs"))
     try:
         run.name = claim_run(root, run.name, datetime.now().strftime("%Y%m%d-%H%M%S"))
     except RunFolderBusy as err:

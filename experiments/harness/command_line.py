@@ -27,6 +27,25 @@ RUNNER_COMMANDS = {
     "report": "print a grid's table from the CSV logs: the paper's numbers beside ours",
 }
 COMMANDS = {**CLI_COMMANDS, **RUNNER_COMMANDS}
+#: the options of a run beside the model's, the data's and the trainer's: --run.<name>
+RUN_OPTIONS = {
+    "group": (str, "adhoc", "run group: runs/<experiment>/<group>/, the W&B group"),
+    "name": (str | None, None, "run name (default: a time stamp)"),
+    "grid": (str | None, None, "the grid (paper table) of the run, set by grid/cell: the W&B "
+                               "config's grid"),
+    "cell": (str | None, None, "the grid's cell (table row) of the run, set by grid/cell: the "
+                               "W&B config's cell"),
+    "test_after_fit": (bool, False, "after fit, test on the test split"),
+    "test_ckpt": (str | None, None, "checkpoint to test after fit: None = final weights, "
+                                    "'best' = the best monitored checkpoint"),
+    "average_last": (int | None, None, "after fit, average the last N step checkpoints into "
+                                       "checkpoints/averaged-last<N>.ckpt and test on it "
+                                       "(None/0: off)"),
+    "wandb": (bool, True, "log to W&B (offline without an API key)"),
+    "progress_every": (int | None, None, "without a progress bar (not on a terminal, or "
+                                         "--trainer.enable_progress_bar false): a line every N "
+                                         "optimiser steps (None: about 100 a run; 0: none)"),
+}
 #: the flags that name a config file (LightningCLI's parser takes both)
 CONFIG_FLAGS = ("--config", "-c")
 
@@ -177,15 +196,19 @@ def command_parser(experiment: Experiment, command: str, cells: bool = False) ->
 
 def add_config_arguments(parser: argparse.ArgumentParser, experiment: Experiment) -> None:
     """``--config NAME`` and ``--smoke``: which of the experiment's configs a grid runs with."""
-    parser.add_argument("--config", default="paper",
+    parser.add_argument("--config", default=None,
                         help=f"config name: {', '.join(experiment.configs())} (default: paper)")
-    parser.add_argument("--smoke", action="store_true", help="shorthand for --config smoke")
+    parser.add_argument("--smoke", action="store_true",
+                        help="shorthand for --config smoke (not with another --config)")
 
 
 def chosen_config(experiment: Experiment, args: argparse.Namespace) -> str:
-    """The config name of parsed ``--config`` / ``--smoke`` (exits naming the configs when
-    the experiment has no such config)."""
-    config = "smoke" if args.smoke else args.config
+    """The config name of parsed ``--config`` / ``--smoke`` (default: paper); one line when
+    the experiment has no such config, or ``--smoke`` comes with another ``--config``."""
+    if args.smoke and args.config not in (None, "smoke"):
+        raise SystemExit(f"{experiment.name}.py: --smoke means --config smoke; it cannot go "
+                         f"with --config {args.config} (give one of them)")
+    config = "smoke" if args.smoke else args.config or "paper"
     experiment.config_path(config)
     return config
 

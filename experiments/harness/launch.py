@@ -8,7 +8,6 @@ calls) and ``sweep`` writes the W&B sweep YAML of the grid.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +31,8 @@ from experiments.harness.grid_model import (
     run_name,
     runs_root,
 )
+from experiments.harness.preflight import check_cells, check_folder, root_note
+from experiments.harness.replaced import set_aside, settle
 from experiments.harness.runs import read_run_metrics
 from fileio import checkpoint_step, write_atomic
 
@@ -62,6 +63,7 @@ class Launched:
     run_dir: Path
     lock: IO[str] | None = None
     started: float = field(default_factory=time.time)
+    replaced: Path | None = None  # the folder it replaced, set aside (harness/replaced.py)
 
     def close(self) -> None:
         self.log.close()
@@ -110,8 +112,9 @@ class GridRun:
         latest checkpoint a stopped run of it left, in the same folder and W&B run."""
         run_dir = self.folder / job.name
         checkpoint = latest_checkpoint(run_dir) if self.resume else None
-        if checkpoint is None:
-            set_aside_or_remove(run_dir, job.label, self.resume)  # a cell run starts fresh
+        replaced = None
+        if checkpoint is None:  # a cell run starts fresh; what was there is set aside
+            replaced = set_aside(run_dir, job.label, self.resume)
         else:  # those passed over (cut short, or ahead of their metrics) are written again
             for path in checkpoints_latest_first(run_dir):
                 if path == checkpoint:
@@ -130,22 +133,7 @@ class GridRun:
         # its own process group: stopping the grid stops the cell and whatever it started (DDP)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 cwd=PROJECT_ROOT, start_new_session=True)
-        return Launched(job, proc, log, run_dir)
-
-
-def set_aside_or_remove(run_dir: Path, label: str, resume: bool) -> None:
-    """Clear a run's folder for a fresh start.  A resume (``--skip-done``) that found no
-    checkpoint to go on from never deletes the checkpoints it passed over (a whole one is
-    hours of training whose last metrics did not reach the disk): the folder is renamed
-    ``<name>.stopped-<time>`` beside it, said in one line, for a ``fit --ckpt_path`` by
-    hand; otherwise the folder is removed."""
-    if resume and checkpoints_latest_first(run_dir):
-        aside = run_dir.with_name(f"{run_dir.name}.stopped-{time.strftime('%Y%m%dT%H%M%S')}")
-        run_dir.rename(aside)
-        print(f"  {label}: no checkpoint to resume from; its stopped run is kept in {aside} "
-              "(its checkpoints with it); starting over", flush=True)
-    else:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        return Launched(job, proc, log, run_dir, replaced=replaced)
 
 
 def latest_checkpoint(run_dir: Path, say=None) -> Path | None:
@@ -171,11 +159,25 @@ def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
 
 
 class GridDone(NamedTuple):
-    """A grid whose cells have run: what failed or was not run, one text each."""
+    """A grid whose cells have run: what failed or was not run, one text each, and whether
+    a W&B summary run is due (a run finished here, or none was left to run)."""
 
     grid: Grid
     config: str
     problems: list[str]
+    summary: bool = True
+
+
+def chosen_cells(grid: Grid, names: list[str] | None, prog: str) -> list[Cell]:
+    """The cells ``--cells`` names (every cell of the grid without it), each once: a name
+    given twice is run once, said in one line."""
+    if not names:
+        return grid.cells
+    twice = [n for n in dict.fromkeys(names) if names.count(n) > 1]
+    if twice:
+        print(f"{prog}: --cells names {', '.join(twice)} more than once; each cell runs once",
+              flush=True)
+    return [grid.cell(n) for n in dict.fromkeys(names)]
 
 
 def run_grid(experiment: Experiment, argv: list[str]) -> GridDone | None:
@@ -185,7 +187,8 @@ def run_grid(experiment: Experiment, argv: list[str]) -> GridDone | None:
     args = grid_parser(experiment, "grid").parse_args(argv)
     grid = experiment.grid(args.grid)
     config = chosen_config(experiment, args)
-    cells = [grid.cell(n) for n in args.cells] if args.cells else grid.cells
+    prog = f"{experiment.name}.py grid"
+    cells = chosen_cells(grid, args.cells, prog)
     threads = args.threads or (max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1
                                else None)
     run = GridRun(experiment, grid, config, extra, threads, resume=args.skip_done)
@@ -196,6 +199,7 @@ def run_grid(experiment: Experiment, argv: list[str]) -> GridDone | None:
         for job in todo:
             print(" ".join(run.command(job)))
         return None
+    check_cells(experiment, prog, config, [c for c in cells if any(j.cell is c for j in todo)])
     finished = [job for job in todo if run.finished(job)] if not args.force else []
     if finished:  # a finished run is replaced only when asked
         raise SystemExit(f"{experiment.name}.py grid: {len(finished)} run(s) in {run.folder} "
@@ -217,6 +221,7 @@ def run_grid(experiment: Experiment, argv: list[str]) -> GridDone | None:
     running: list[Launched] = []
     start = time.time()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    ran = len(todo)
     try:
         _run_jobs(run, args.jobs, todo, running, failed, held)
     except KeyboardInterrupt:
@@ -237,7 +242,8 @@ def run_grid(experiment: Experiment, argv: list[str]) -> GridDone | None:
         problems.append(f"{len(held)} run(s) not run, another grid was running them: "
                         + ", ".join(map(str, held))
                         + " (rerun with --skip-done once it has finished)")
-    return GridDone(grid, config, problems)
+    # no summary run when cells were due and none finished here (all failed or held)
+    return GridDone(grid, config, problems, summary=ran == 0 or len(failed) + len(held) < ran)
 
 
 def stopped_runs(run: GridRun, todo: list[Job]) -> list[tuple[Job, int]]:
@@ -310,10 +316,13 @@ def _report_finished(grid: Grid, launched: Launched, failed: list[Path]) -> None
     run_dir, label = launched.run_dir, launched.job.label
     if launched.proc.returncode:
         failed.append(run_dir)
-        tail = (run_dir / "output.log").read_text().splitlines()[-15:]
-        print(f"  FAILED {label} ({took:.0f}s): {run_dir / 'output.log'}\n    "
+        log = run_dir / "output.log"
+        tail = log.read_text().splitlines()[-15:]
+        kept = settle(run_dir, launched.replaced, failed=True)
+        print(f"  FAILED {label} ({took:.0f}s): {log}{f'; {kept}' if kept else ''}\n    "
               + "\n    ".join(tail), flush=True)
     else:
+        settle(run_dir, launched.replaced, failed=False)
         values = read_run_metrics(run_dir, grid)
         shown = ", ".join(f"{k} {v * grid.scale_of(k):.2f}" for k, v in values.items()
                           if v is not None)
@@ -327,6 +336,7 @@ def run_one_cell(experiment: Experiment, argv: list[str]) -> None:
     config = chosen_config(experiment, args)
     run = GridRun(experiment, grid, config, extra, args.threads)
     job = Job(grid.cell(args.cell), args.seed)
+    check_cells(experiment, f"{experiment.name}.py cell", config, [job.cell])
     if run.finished(job) and not args.force:  # a finished run is replaced only when asked
         raise SystemExit(f"{experiment.name}.py cell: {job.label} finished before "
                          f"({run.folder / job.name}); it is kept (report reads it): --force "
@@ -348,6 +358,9 @@ def run_one_cell(experiment: Experiment, argv: list[str]) -> None:
     launched.proc.wait()
     launched.close()
     sys.stdout.write((launched.run_dir / "output.log").read_text())
+    kept = settle(launched.run_dir, launched.replaced, failed=launched.proc.returncode != 0)
+    if kept:
+        print(f"{experiment.name}.py cell: {job.label} failed; {kept}", flush=True)
     if launched.proc.returncode:
         raise SystemExit(launched.proc.returncode)
 
@@ -362,6 +375,8 @@ def write_sweep(experiment: Experiment, argv: list[str]) -> None:
     grid = experiment.grid(args.grid)
     config = chosen_config(experiment, args)
     out = Path(args.output or sweep_path(experiment, grid, config))
+    check_folder(f"{experiment.name}.py sweep", out.parent,
+                 "the folder of --output" if args.output else root_note("runs"))
     # whole or not at all: two sweep commands at once, or an agent reading it meanwhile
     write_atomic(out, yaml.safe_dump(sweep_config(experiment, grid, config, args.seeds,
                                                   args.cells, args.threads, extra),
@@ -375,7 +390,7 @@ def sweep_config(experiment: Experiment, grid: Grid, config: str, seeds: int,
                  extra: list[str] = ()) -> dict:
     """A W&B sweep over the same grid: every (cell, seed) (or only ``cells``' seeds), run
     by the ``cell`` command (with ``--threads`` and the overrides ``extra``, as ``grid``)."""
-    chosen = [grid.cell(n) for n in cells] if cells else grid.cells
+    chosen = chosen_cells(grid, cells, f"{experiment.name}.py sweep")
     first_metric = next(iter(grid.metrics.values()))
     script = f"experiments/{experiment.name}.py"
     return {

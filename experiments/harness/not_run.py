@@ -12,7 +12,7 @@ from pathlib import Path
 
 from experiments.harness.grid_model import PROJECT_ROOT, Cell, Experiment, Grid
 from experiments.harness.markdown import table_row
-from experiments.harness.scale import PAPER, merged_settings
+from experiments.harness.scale import PAPER, data_class_name, merged_settings
 
 COST_DOC = PROJECT_ROOT / "docs" / "cost.md"
 #: the table of docs/cost.md that gives each grid's cost at the paper's scale
@@ -37,15 +37,6 @@ def cost_estimates(path: Path = COST_DOC) -> dict[tuple[str, str], str]:
     return out
 
 
-def data_class_name(experiment: Experiment, cell: Cell) -> str:
-    """The name of the DataModule class a cell reads at the paper config."""
-    data = merged_settings(experiment, PAPER, cell).get("data")
-    if isinstance(data, dict) and data.get("class_path"):
-        return str(data["class_path"]).rsplit(".", 1)[-1]
-    path = experiment.unimported("datamodule_class")
-    return path.rsplit(".", 1)[-1] if path else experiment.datamodule_class.__name__
-
-
 def data_state(experiment: Experiment, cell: Cell, root: Path | None = None
                ) -> tuple[str, str] | None:
     """Whether the registry's files of the data a cell reads (at the paper config) are under
@@ -57,7 +48,7 @@ def data_state(experiment: Experiment, cell: Cell, root: Path | None = None
     from datamodules.registry import DATASETS
 
     root = data_root() if root is None else root
-    name = data_class_name(experiment, cell)
+    name = data_class_name(experiment, PAPER, cell)
     entries = [e for e in DATASETS.values() if name in e.datamodules]
     if not entries:
         return None

@@ -1,20 +1,152 @@
 """The checks a LightningCLI command's command line passes before jsonargparse reads it, each
 failing in one line: an experiment whose datasets are configs of their own needs one
 (:func:`check_dataset_args`), and the attention flags name registered mechanisms and their
-options (:func:`check_attention_args`).
+options (:func:`check_attention_args`).  A folder the command writes (the runs root, the
+cache, an ``--out``) must be one it can create and write (:func:`check_folder`), and
+``grid`` and ``cell`` check every cell they would run (:func:`check_cells`: its config
+files, its dataset config, its data) before they change any run folder.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import typing
 from pathlib import Path
 
 import yaml
 
 from experiments.harness.command_line import CONFIG_FLAGS, CommandLine
-from experiments.harness.grid_model import Experiment, shown_path
+from experiments.harness.grid_model import PROJECT_ROOT, Cell, Experiment, runs_root, shown_path
+from experiments.harness.scale import data_class_name, merged_settings
+from fileio import folder_problem
+
+#: the environment variable that moves each root a command writes, and its default
+ROOTS = {"runs": ("ATTNREPRO_RUNS", "the project's runs/"),
+         "cache": ("ATTNREPRO_CACHE", "the project's .cache/"),
+         "data": ("ATTNREPRO_DATA", "../shared/data")}
+
+
+def check_folder(prog: str, folder: Path | str, what: str) -> None:
+    """A folder the command writes: one line when it cannot be created or written
+    (fileio.folder_problem), ``what`` saying which folder it is and what sets it."""
+    problem = folder_problem(folder)
+    if problem is not None:
+        raise SystemExit(f"{prog}: {problem} ({what})")
+
+
+def root_note(root: str) -> str:
+    """Which root a folder is and what sets it: ``the runs root, $ATTNREPRO_RUNS`` when the
+    variable is set, else ``the runs root: the project's runs/ ($ATTNREPRO_RUNS moves it)``."""
+    variable, default = ROOTS[root]
+    if os.environ.get(variable):
+        return f"the {root} root, ${variable}"
+    return f"the {root} root: {default} (${variable} moves it)"
+
+
+def check_roots(prog: str, *roots: str) -> None:
+    """The roots ``roots`` (of ``runs``, ``cache``) can be created and written, or one line."""
+    from datamodules.fetch import cache_root  # no torch: the download layer
+
+    folders = {"runs": runs_root, "cache": cache_root}
+    for root in roots:
+        check_folder(prog, folders[root](), root_note(root))
+
+
+def check_cells(experiment: Experiment, prog: str, config: str, cells: list[Cell],
+                command: list[str] | None = None) -> None:
+    """What a ``fit`` of each cell would check first, before ``grid`` or ``cell`` changes a
+    run folder: the config files it merges exist, an experiment of several datasets has
+    one, and the data it reads is there or can be downloaded into a folder this process may
+    write (:func:`data_problem`); the runs and cache roots can be written.  One line naming
+    the cell otherwise."""
+    check_roots(prog, "runs", "cache")
+    for cell in cells:
+        args = [a.replace("{config}", str(experiment.config_path(config).with_suffix("")))
+                for a in cell.args]
+        line = CommandLine.parse(["--config", str(experiment.config_path(config)), *args],
+                                 "fit")
+        for path in line.config_files:
+            if not Path(path).is_file():
+                raise SystemExit(f"{prog}: cell {cell.name}: its config file {shown_path(path)} "
+                                 f"does not exist (config {config}); no run was changed")
+        try:
+            check_dataset_args(experiment, "fit", line)
+        except SystemExit as err:
+            raise SystemExit(f"{prog}: cell {cell.name}: {err}") from None
+        problem = data_problem(experiment, config, cell)
+        if problem is not None:
+            raise SystemExit(f"{prog}: cell {cell.name}: {problem}; no run was changed")
+
+
+#: the data settings that name a file under the DataModule's folder
+FILE_KEYS = ("train_file", "val_file", "test_file")
+
+
+def data_problem(experiment: Experiment, config: str, cell: Cell) -> str | None:
+    """Why the data a cell reads at ``config`` cannot be had, read from its config files and
+    the data registry (datamodules/registry.py) without importing the DataModule; None when
+    it can (or the registry knows no files of its DataModule: generated data).  A file the
+    settings name (``train_file``...) must be in the DataModule's folder (``data_dir``,
+    else its folder under the data root) or be one a download gives; without such names a
+    folder that holds none of the release and cannot be downloaded is refused; whatever
+    must be downloaded needs a folder this process can create and write.  A DataModule that
+    several registry entries serve (the SST trees, GLUE's SST-2) passes when one of them
+    does."""
+    from datamodules.fetch import data_root
+    from datamodules.registry import DATASETS
+
+    name = data_class_name(experiment, config, cell)
+    entries = [e for e in DATASETS.values() if name in e.datamodules and e.files]
+    if not entries:
+        return None
+    data = merged_settings(experiment, config, cell).get("data")
+    data = data if isinstance(data, dict) else {}
+    data = {**data, **(data.get("init_args") or {})}
+    given = data.get("data_dir")
+    problems = []
+    for entry in entries:
+        folder = PROJECT_ROOT / given if given else data_root() / entry.folder
+        note = f"data_dir of config {config}" if given else root_note("data")
+        problems.append(_entry_problem(entry, folder, [data[k] for k in FILE_KEYS
+                                                       if isinstance(data.get(k), str)], note))
+        if problems[-1] is None:
+            return None
+    return problems[0]
+
+
+def _entry_problem(entry, folder: Path, named: list[str], note: str) -> str | None:
+    """:func:`data_problem` for one registry entry read from ``folder`` (``note``: what sets
+    it)."""
+    downloadable = {p for d in entry.downloads for p in d.provides}
+
+    def there(name: str) -> bool:  # under the folder, or where the archive unpacks it
+        return (folder / name).exists() or any(
+            (folder / p).exists() for p in entry.files if p.endswith(f"/{name}"))
+
+    def given(name: str) -> bool:
+        return name in downloadable or any(p.endswith(f"/{name}") for p in downloadable)
+
+    where = f"python -m datamodules.fetch --status {entry.key}"
+    if named:
+        missing = [n for n in dict.fromkeys(named) if not there(n)]
+        absent = [n for n in missing if not given(n)]
+        if absent:
+            return (f"{folder / absent[0]} is not there and no download gives it "
+                    f"({entry.title}: {where}; {note})")
+    else:
+        needed = [p for d in entry.downloads for p in d.provides if p not in d.optional]
+        missing = [p for p in (*needed, *entry.manual) if not (folder / p).exists()]
+        if missing and len(missing) == len(entry.files) and not entry.downloads:
+            return (f"{folder} holds none of {entry.title} and it cannot be downloaded "
+                    f"({entry.how_to_get}; {note})")
+    if missing:  # a download first: the folder must take it
+        problem = folder_problem(folder)
+        if problem is not None:
+            return (f"{entry.title} must be downloaded first, but {problem} "
+                    f"({note})")
+    return None
 
 
 def check_dataset_args(experiment: Experiment, command: str,

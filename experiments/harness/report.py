@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.harness.command_line import add_config_arguments, chosen_config, command_parser
-from experiments.harness.grid_model import PROJECT_ROOT, Experiment, Grid
+from experiments.harness.grid_model import PROJECT_ROOT, Experiment, Grid, shown_path
 from experiments.harness.interleaved_cost import read_cost_file
 from experiments.harness.markdown import CLAIMS_HEADER, table_cells
+from experiments.harness.preflight import check_folder, root_note
 from experiments.harness.runs import (
     COST_COLUMNS,
     MixedRunsError,
@@ -143,10 +144,16 @@ def format_curves(experiment: Experiment, grid: Grid, config: str) -> str:
 
 
 def no_runs_message(experiment: Experiment, grid: Grid, config: str) -> str | None:
-    """One line when ``grid`` has no runs with ``config`` but has with others; else None."""
+    """One line when ``grid`` has no runs with ``config``: which configs have some, or the
+    command that runs it when none has; None when it has runs with ``config``."""
     found = configs_with_runs(experiment, grid)
-    if not found or config in found:
+    if config in found:
         return None
+    if not found:
+        flag = {"paper": "", "smoke": " --smoke"}.get(config, f" --config {config}")
+        return (f"no runs of {grid.name} yet, with any config (under "
+                f"{shown_path(experiment.grid_folder(grid, config).parent)}); run it: python "
+                f"experiments/{experiment.name}.py grid {grid.name}{flag}")
     use = " or ".join("--smoke or --config smoke" if c == "smoke" else f"--config {c}"
                       for c in found)
     return f"no runs of {grid.name} with config {config}; runs exist for: {', '.join(found)} " \
@@ -228,6 +235,10 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
         if missing:
             parts.append(missing)
             continue
+        if args.plot:  # before any figure is drawn: a folder it cannot write is one line
+            check_folder(f"{experiment.name}.py report", Path(args.out) if args.out
+                         else experiment.grid_folder(g, config) / "plots",
+                         "the folder of --out" if args.out else root_note("runs"))
         try:
             parts.append(format_report(experiment, g, config))
         except MixedRunsError as err:

@@ -64,6 +64,7 @@ from experiments.harness.preflight import (
     check_attention_args,
     check_config_given,
     check_dataset_args,
+    check_roots,
 )
 from experiments.harness.report import print_report
 
@@ -87,10 +88,19 @@ def main(experiment: Experiment, argv: list[str] | None = None) -> None:
         raise SystemExit(f"{experiment.name}.py: unknown command {command!r}; commands: "
                          f"{', '.join(COMMANDS)} (see {experiment.name}.py --help)")
     line = CommandLine.parse(args[1:], command if command in CLI_COMMANDS else None)
-    if command in CLI_COMMANDS and not line.asks_for_help():
+    if command in CLI_COMMANDS and args[1:] in (["--help"], ["-h"]):
+        print(short_help(experiment, command))  # no torch: the full listing takes seconds
+        return
+    if command in CLI_COMMANDS and args[1:] in (["--help", "full"], ["-h", "full"]):
+        if argv is None:  # LightningCLI's listing of every option (it reads sys.argv)
+            sys.argv[1:] = [command, "--help"]
+        else:
+            argv = [command, "--help"]
+    elif command in CLI_COMMANDS and not line.asks_for_help():
         check_dataset_args(experiment, command, line)
         check_config_given(experiment, command, line)
         check_attention_args(experiment, command, line)
+        check_roots(f"{experiment.name}.py {command}", "cache")
     from experiments.harness.cli import run_cli  # Lightning's CLI: only for fit, validate, test
 
     run_cli(experiment, argv, line)  # argv None: LightningCLI reads sys.argv itself
@@ -98,13 +108,15 @@ def main(experiment: Experiment, argv: list[str] | None = None) -> None:
 
 def grid_and_summary(experiment: Experiment, argv: list[str]) -> None:
     """``grid``: the cells run (experiments/harness/launch.py), then the grid's W&B summary
-    run; what failed or was not run ends the command with its message."""
+    run (none when no cell due finished); what failed or was not run ends the command with
+    its message."""
     done = run_grid(experiment, argv)
     if done is None:  # --dry-run
         return
-    from experiments.harness.wandb_summary import log_grid_summary  # Lightning's loggers
+    if done.summary:  # not when every cell due failed or another grid held it
+        from experiments.harness.wandb_summary import log_grid_summary  # Lightning's loggers
 
-    log_grid_summary(experiment, done.grid, done.config)
+        log_grid_summary(experiment, done.grid, done.config)
     if done.problems:
         raise SystemExit("; ".join(done.problems))
 
@@ -134,6 +146,78 @@ def overview(experiment: Experiment) -> str:
         fit += f" --model.{next(iter(params))} {'coda' if 'coda' in mechanisms else 'softmax'}"
     lines += ["", "examples:", f"  {fit}", f"  {script} grid {grid} --smoke",
               f"  {script} report {grid} --smoke"]
+    return "\n".join(lines)
+
+
+#: the Trainer options a run most often sets (``--help full`` lists all of them)
+TRAINER_OPTIONS = ("max_steps", "max_epochs", "val_check_interval", "check_val_every_n_epoch",
+                   "limit_val_batches", "accelerator", "devices", "precision",
+                   "accumulate_grad_batches", "gradient_clip_val", "log_every_n_steps")
+
+
+def short_help(experiment: Experiment, command: str) -> str:
+    """``<name>.py fit|validate|test --help``: the configs, each group of options with the
+    names it takes (the model's and DataModule's read from their source, no torch: an
+    answer at once), and where the full listing is: ``--help full`` (LightningCLI's, every
+    option with its type, default and help), ``--<group>.help CLASS`` per class, and
+    ``--print_config``."""
+    import textwrap
+
+    from experiments.harness.command_line import RUN_OPTIONS
+    from experiments.harness.sources import init_params
+
+    prog = f"{experiment.name}.py {command}"
+    where = shown_path(experiment.config_dir)
+    linked = {target for _, target in experiment.links}
+
+    def group(flag: str, what: str, names) -> list[str]:
+        text = f"{what}: {', '.join(names)}" if names else what
+        if not text:
+            return [f"  {flag}"]
+        return textwrap.wrap(text, 100, initial_indent=f"  {flag:<12}",
+                             subsequent_indent=" " * 14)
+
+    def cls(role: str) -> tuple[str, list[str]]:
+        path = experiment.unimported(role)
+        if path is None:
+            value = getattr(experiment, role)
+            path = f"{value.__module__}.{value.__qualname__}"
+        return path, [p for p in init_params(path) if p not in linked]
+
+    model, model_args = cls("model_class")
+    data, data_args = cls("datamodule_class")
+    datasets = experiment.dataset_names()
+    lines = [f"usage: {prog} -c CONFIG [-c CONFIG ...] [--<group>.<option> VALUE ...]",
+             CLI_COMMANDS[command], "",
+             *textwrap.wrap(f"configs: -c {where}/<config>.yaml, <config> one of: "
+                            f"{', '.join(experiment.configs())}", 100, subsequent_indent="  ")]
+    if datasets and experiment.subclass_mode_data:
+        lines += textwrap.wrap(f"and a dataset's: -c {where}/<config>/<dataset>.yaml, "
+                               f"<dataset> one of: {', '.join(datasets)}", 100,
+                               initial_indent="  ", subsequent_indent="  ")
+    lines += ["", "options by group, --<group>.<option> VALUE (with types, defaults and help: "
+              "--help full):"]
+    subclasses = " and subclasses" if experiment.subclass_mode_model else ""
+    lines += group("--model.*", f"{model}{subclasses}", model_args)
+    lines += group("--data.*", (f"the dataset config's DataModule (subclasses of {data})"
+                                if experiment.subclass_mode_data else data),
+                   [] if experiment.subclass_mode_data else data_args)
+    lines += group("--trainer.*", "Lightning's Trainer, e.g.", TRAINER_OPTIONS)
+    lines += group("--run.*", "this suite's run options", RUN_OPTIONS)
+    lines += group("--seed_everything N, --ckpt_path PATH", "", [])
+    params, mechanisms = attention_flags(experiment)
+    if params:
+        first, *others = params
+        also = f" (also {', '.join(f'--model.{p}' for p in others)})" if others else ""
+        lines += ["", *textwrap.wrap(
+            f"attention: --model.{first} NAME [--model.{first}.OPTION VALUE]{also}; NAME one "
+            f"of: {', '.join(mechanisms)}", 100, subsequent_indent="  ")]
+    per_class = [f"--model.{next(iter(params))}.help NAME"] if params else []
+    per_class += ["--model.help CLASS"] * experiment.subclass_mode_model
+    per_class += ["--data.help CLASS"] * experiment.subclass_mode_data
+    lines += ["", "more:", f"  {prog} --help full: every option, by group",
+              *(f"  {prog} {flag}: the options of one class" for flag in per_class),
+              f"  {prog} -c CONFIG ... --print_config: the values it resolves to"]
     return "\n".join(lines)
 
 

@@ -151,6 +151,16 @@ def merged_settings(experiment: Experiment, config: str, cell: Cell) -> dict:
     return merged
 
 
+def data_class_name(experiment: Experiment, config: str, cell: Cell) -> str:
+    """The name of the DataModule class a cell reads at ``config``: the ``class_path`` its
+    config files give the data, else the experiment's DataModule."""
+    data = merged_settings(experiment, config, cell).get("data")
+    if isinstance(data, dict) and data.get("class_path"):
+        return str(data["class_path"]).rsplit(".", 1)[-1]
+    path = experiment.unimported("datamodule_class")
+    return path.rsplit(".", 1)[-1] if path else experiment.datamodule_class.__name__
+
+
 def _nested(keys: list[str], value):
     return {keys[0]: _nested(keys[1:], value)} if keys else value
 

@@ -211,6 +211,24 @@ def mechanism_params(path: str) -> dict[str, str | None]:
     return out
 
 
+def init_params(path: str) -> list[str]:
+    """The constructor arguments of the class ``path`` names, read from the source, in the
+    order LightningCLI lists them: its own ``__init__``'s, then, when it passes ``**kwargs``
+    on (or has no ``__init__``), its bases' (``self`` and the ``*``/``**`` catch-alls left
+    out)."""
+    out: list[str] = []
+    for key in _mro(_class_key(path)):
+        init = _init_of(key)
+        if init is None:
+            continue
+        a = init.args
+        out += [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)
+                if p.arg != "self" and p.arg not in out]
+        if a.kwarg is None:
+            break
+    return out
+
+
 def _default_mechanism(module: str, default: ast.expr | None, names: list[str]) -> str | None:
     """The registry name of a default built by calling a mechanism class (``softmax()``:
     each flag class is named by its registry name); None for any other default."""

@@ -6,6 +6,10 @@ declares (experiments/harness/slice_report.py), and the figures of ``report --pl
 
 from __future__ import annotations
 
+import hashlib
+import re
+import shutil
+
 from experiments.harness.grid_model import Experiment, Grid, cell_runs, group_name
 from experiments.harness.loggers import wandb_mode, wandb_project, wandb_settings
 from experiments.harness.runs import collect, cost_values
@@ -60,6 +64,17 @@ def claims_table(experiment: Experiment, grid: Grid, config: str) -> tuple[list,
     return columns, rows
 
 
+def summary_run_id(experiment: Experiment, grid: Grid, config: str) -> str:
+    """The W&B run id of a grid's summary run, one per experiment, grid and config (a rerun
+    goes on in the same run): ``summary-<experiment>-<grid>-<config>``, characters W&B does
+    not take in an id as ``-``, cut with a hash of the whole past 64 characters."""
+    name = f"summary-{experiment.name}-{group_name(grid, config)}"
+    safe = re.sub(r"[^A-Za-z0-9_-]", "-", name)
+    if len(safe) > 64 or safe != name:
+        safe = f"{safe[:51]}-{hashlib.sha1(name.encode()).hexdigest()[:12]}"
+    return safe
+
+
 def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
     """After a grid's cells: when they logged to W&B, one short run in their group, job
     type ``summary``, its config carrying the runs' scale (``report``'s Scale line), with
@@ -68,6 +83,9 @@ def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
     ``claims_table``, the same claims within each declared slice of the test set
     (:func:`slices_table`) as ``slices_table`` and the figures of ``report --plot`` as images
     (:func:`log_grid_plots`).
+    One summary run per grid and config: its id is fixed (:func:`summary_run_id`; a rerun
+    resumes it, and its latest tables are the run's summary) and the previous offline
+    summary run's folder is removed first, so ``wandb sync`` uploads it once.
     W&B failing to start or to log is one printed line: the grid's runs are done."""
     group = group_name(grid, config)
     root = experiment.grid_folder(grid, config)
@@ -78,9 +96,11 @@ def log_grid_summary(experiment: Experiment, grid: Grid, config: str) -> None:
 
         columns, rows = summary_table(experiment, grid, config)
         folder = root / "summary"
+        shutil.rmtree(folder / "wandb", ignore_errors=True)  # the previous summary run
         folder.mkdir(parents=True, exist_ok=True)
         run = wandb.init(
-            project=wandb_project(),
+            project=wandb_project(), id=summary_run_id(experiment, grid, config),
+            resume="allow",
             group=f"{experiment.name}/{group}", name="summary", job_type="summary",
             dir=str(folder), mode=wandb_mode(), tags=[experiment.name, group, "summary"],
             config={"experiment": experiment.name, "grid": grid.name, "cell": None,

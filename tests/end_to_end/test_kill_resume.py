@@ -27,7 +27,7 @@ from experiments.harness.checkpoints import (
     resumable_checkpoint,
     validation_due,
 )
-from experiments.harness.launch import set_aside_or_remove
+from experiments.harness.replaced import set_aside, settle
 from tests.conftest import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -382,12 +382,13 @@ def test_the_validation_steps_come_from_the_runs_saved_config(tmp_path, trainer,
 
 
 def test_a_fresh_start_after_a_resume_found_nothing_keeps_the_stopped_run(tmp_path, capsys):
-    """What ``grid --skip-done`` passed over is renamed aside, never deleted; a run without
-    checkpoints, or a start without --skip-done, clears the folder."""
+    """What ``grid --skip-done`` passed over is renamed aside for good, never deleted; a run
+    without checkpoints, or a start without --skip-done, is set aside until the new run
+    has finished (experiments/harness/replaced.py)."""
     run_dir = tmp_path / "coda-seed0"
     write_checkpoint(run_dir / "checkpoints" / "last.ckpt", 42000)
     (run_dir / "metrics.csv").write_text("epoch,step\n0,41999\n")
-    set_aside_or_remove(run_dir, "coda seed 0", resume=True)
+    assert set_aside(run_dir, "coda seed 0", resume=True) is None
     aside = [d for d in tmp_path.iterdir() if d.name.startswith("coda-seed0.stopped-")]
     assert not run_dir.exists() and len(aside) == 1
     assert (aside[0] / "checkpoints" / "last.ckpt").exists()
@@ -399,6 +400,9 @@ def test_a_fresh_start_after_a_resume_found_nothing_keeps_the_stopped_run(tmp_pa
         (run_dir / "checkpoints").mkdir(parents=True)
         if checkpoint:
             write_checkpoint(run_dir / "checkpoints" / "last.ckpt", 10)
-        set_aside_or_remove(run_dir, "coda seed 0", resume=resume)
-        assert not run_dir.exists()
+        replaced = set_aside(run_dir, "coda seed 0", resume=resume)
+        assert not run_dir.exists() and replaced.name.startswith("coda-seed0.replaced-")
+        run_dir.mkdir()
+        assert settle(run_dir, replaced, failed=False) is None and not replaced.exists()
+        run_dir.rmdir()
     assert len(list(tmp_path.iterdir())) == 1 and not capsys.readouterr().out

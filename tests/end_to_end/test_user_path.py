@@ -96,7 +96,7 @@ def test_a_misspelt_key_is_named_the_same_way_in_every_script(runs, tmp_path, ca
         assert done.value.code == 2
         assert capsys.readouterr().err.splitlines()[-2:] == [
             f"{script}.py fit: error: {message}; model.dropoutt: did you mean --model.dropout?",
-            f"(every option: {script}.py fit --help)"], extra
+            f"(every option: {script}.py fit --help full)"], extra
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -331,10 +331,11 @@ def test_sweep_takes_threads_and_overrides_like_grid(runs, tmp_path, capsys):
 
 
 def test_fit_help_is_grouped_with_a_short_usage(runs, capsys):
-    """No usage of every option (about 80 lines) and no function reprs: the links read
+    """``fit --help full`` (``fit --help`` is short: tests/experiments/test_nothing_lost.py):
+    no usage of every option (about 80 lines) and no function reprs: the links read
     'prepared vocab_size(data) --> model.src_vocab_size'; --print_config is named."""
     with pytest.raises(SystemExit) as done:
-        run_script(experiment("coda_mlu"), ["fit", "--help"])
+        run_script(experiment("coda_mlu"), ["fit", "--help", "full"])
     assert done.value.code in (0, None)
     out = capsys.readouterr().out
     lines = out.splitlines()

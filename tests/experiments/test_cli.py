@@ -307,10 +307,12 @@ def test_report_names_the_configs_that_have_runs(runs, capsys):
     run_script(NLI, ["report", "table3", "--smoke"])  # runs exist: the table as before
     out = capsys.readouterr().out
     assert "| snli-coda | 85.71 | 50.00 (n=1) | - | not run |" in out
-    run_script(NLI, ["report"])  # every grid: the line for table3, tables for the others
-    out = capsys.readouterr().out
-    assert out.startswith("no runs of table3 with config paper; runs exist for: smoke")
-    assert "### CoDA Table 8" in out and "| scitail-none | 85.30 | not run |" in out
+    run_script(NLI, ["report"])  # every grid: one line each, none has runs with paper
+    out = capsys.readouterr().out.split("\n\n")
+    assert out[0].startswith("no runs of table3 with config paper; runs exist for: smoke")
+    assert out[1] == (f"no runs of table8 yet, with any config (under {runs}/coda_nli); run "
+                      "it: python experiments/coda_nli.py grid table8")
+    assert len(out) == 3 and "\n" not in out[1]
 
 
 def test_sweep_writes_beside_the_runs_and_is_never_a_config(runs, tmp_path, capsys,
@@ -433,7 +435,7 @@ def test_an_unknown_option_or_file_is_two_lines(runs, tmp_path, capsys, monkeypa
     assert done.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
         *(line.replace("{bad}", str(bad)) for line in lines),
-        "(every option: coda_mlu.py fit --help)"]
+        "(every option: coda_mlu.py fit --help full)"]
 
 
 def test_a_bad_data_file_is_one_line_from_the_script(env, tmp_path):
