@@ -250,3 +250,27 @@ def test_ctrl_c_names_each_cell_as_its_run_folder_holds_it(env):
     assert [re.search(r"--run.name=(\S+)", c).group(1) for c in commands] == [
         "coda-seed0", "transformer-seed1", "coda-seed1"]
 
+
+# -- make demo ----------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_make_demo_shows_each_cell_live_and_its_time(env, tmp_path):
+    """`make demo`'s recipe on a terminal (with the smoke config for speed, DEMO_CONFIG=smoke;
+    this interpreter's environment as its .venv, already set up): each cell's live line, then
+    the measured time beside the committed run's, which is the README's (test_readme)."""
+    from tests.docs.test_readme import demo_time
+
+    stamp = tmp_path / "installed"
+    stamp.touch()  # newer than the locks: setup has nothing to do
+    code, raw = run_in_pty(["make", "--no-print-directory", "demo", "DEMO_CONFIG=smoke",
+                            f"BIN={Path(sys.executable).parent}", f"STAMP={stamp}"],
+                           paced(env, **{"transformer-seed0": 0.3, "coda-seed0": 0.3}))
+    lines = screen_lines(raw)
+    assert code == 0, "\n".join(lines[-30:])
+    for label in ("transformer seed 0", "coda seed 0"):
+        assert any(re.fullmatch(rf"{label} +\S+ step \d+/20  loss .*  ETA \d+s", line.strip())
+                   for line in lines), f"{label}: no live line"
+    minutes, seconds = demo_time((ROOT / "results" / "coda_mlu_demo.md").read_text())
+    assert re.fullmatch(
+        rf"make demo took \d+ min \d+ s here \(config smoke\); the committed run took {minutes} "
+        rf"min {seconds} s \(results/coda_mlu_demo.md: 2 cores, config demo\); other work on "
+        "the machine adds to it", lines[-1]), lines[-5:]
