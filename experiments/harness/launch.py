@@ -275,8 +275,10 @@ STOP_GRACE = 5.0
 def _stop_cells(running: list[Launched], stop: StopRequest) -> None:
     """SIGTERM to every running cell's process group at once, then SIGKILL to those still
     running after :data:`STOP_GRACE` seconds (or at a second Ctrl-C).  Reading a resumable
-    checkpoint afterwards needs torch: it is imported meanwhile."""
-    threading.Thread(target=importlib.import_module, args=("torch",), daemon=True).start()
+    checkpoint afterwards needs torch: it is imported meanwhile when there is one to read."""
+    if stop.signal is not None and any(checkpoints_latest_first(launched.run_dir)
+                                       for launched in running):
+        threading.Thread(target=importlib.import_module, args=("torch",), daemon=True).start()
     alive = [launched for launched in running if launched.proc.poll() is None]
     if stop.signal is not None:
         shown = "Ctrl-C (SIGINT)" if stop.signal == signal.SIGINT else "SIGTERM"
