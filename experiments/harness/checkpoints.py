@@ -145,6 +145,15 @@ def validation_due(config: Path) -> Callable[[int], bool] | None:
     return lambda step: step % every == 0 or step == max_steps
 
 
+def checkpoint_global_step(path: Path) -> int:
+    """The optimiser step a whole checkpoint was saved at (its ``global_step``: what a run
+    resumed from it goes on from; ``last.ckpt`` names none)."""
+    import torch  # only when there is a checkpoint to read
+
+    return int(torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+               .get("global_step", 0))
+
+
 def unlogged_after(path: Path, logged: tuple[set[int], set[int]],
                    due: Callable[[int], bool] | None = None) -> str | None:
     """Why resuming from the whole checkpoint ``path`` would lose metrics, or None.
@@ -157,10 +166,7 @@ def unlogged_after(path: Path, logged: tuple[set[int], set[int]],
     row (its step is the checkpoint's minus one).  When ``due`` (:func:`validation_due`)
     says no validation falls at that step, the batch's own row is enough.  A run stopped
     before they were written resumes from the checkpoint before instead."""
-    import torch  # only when there is a checkpoint to read
-
-    step = int(torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-               .get("global_step", 0))
+    step = checkpoint_global_step(path)
     steps, validated = logged
     if step == 0 or any(s >= step for s in steps) or step - 1 in validated:
         return None

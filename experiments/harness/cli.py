@@ -15,6 +15,7 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -35,7 +36,7 @@ from experiments.harness.errors import (
 from experiments.harness.grid_model import Experiment, RunFolderBusy, claim_run, runs_root
 from experiments.harness.loggers import finish_wandb, log_predictions, make_loggers
 from experiments.harness.preflight import check_folder, missing_dataset_message, root_note
-from experiments.harness.progress import ProgressLines, shows_bar
+from experiments.harness.progress import ProgressLines, progress_bar, shows_bar
 from lit_models.base import NonFiniteLossError
 
 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
@@ -210,10 +211,12 @@ class ExperimentCLI(LightningCLI):
         if run.progress_every is not None and run.progress_every < 0:
             raise SystemExit(f"--run.progress_every must be a number of steps (0: no lines), "
                              f"got {run.progress_every}")
+        callbacks = trainer_cfg.get("callbacks") or []
+        callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
         if not bar and run.progress_every != 0:
-            callbacks = trainer_cfg.get("callbacks") or []
-            callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
             kwargs["callbacks"] = [*callbacks, ProgressLines(run.progress_every)]
+        elif bar and not any(isinstance(c, ProgressBar) for c in callbacks):
+            kwargs["callbacks"] = [*callbacks, progress_bar()]  # not 'Epoch 0/-2'
         plugins = trainer_cfg.get("plugins") or []
         plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
         if not any(isinstance(p, CheckpointIO) for p in plugins):

@@ -245,6 +245,10 @@ def grid_parser(experiment: Experiment, command: str,
         p.add_argument("--skip-done", action="store_true",
                        help="keep runs whose CSV already holds every metric of the grid; "
                             "resume the others that left a checkpoint from their latest")
+        p.add_argument("--status-every", type=count(0), default=60, metavar="SECONDS",
+                       help="without a terminal (CI, nohup, a pipe): a status line per running "
+                            "cell every SECONDS (default: 60; 0: none); on a terminal each "
+                            "running cell has a live line")
     return p
 
 

@@ -1,16 +1,23 @@
 """``grid``, ``cell`` and ``sweep``: the runs of a grid.  Every cell and seed is the same ``fit``
 command a user would type (:func:`cell_command`), started as a process of its own in its run
 folder (``runs/<experiment>/<grid>-<config>/<cell>-seed<k>/``, its output in ``output.log``);
-``grid`` runs them locally, ``--jobs`` at a time, ``cell`` runs one (what a W&B sweep agent
-calls) and ``sweep`` writes the W&B sweep YAML of the grid.
+``grid`` runs them locally, ``--jobs`` at a time, showing each running cell's progress from
+its log (experiments/harness/watch.py), ``cell`` runs one (what a W&B sweep agent calls) and
+``sweep`` writes the W&B sweep YAML of the grid.  Ctrl-C or SIGTERM stops a grid: its running
+cells get :data:`STOP_GRACE` seconds to stop, then each job is named by what its run folder
+holds (:func:`stopped_summary`) with the ``--skip-done`` command that goes on
+(:func:`resume_command`).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +25,11 @@ from typing import IO, NamedTuple
 
 import yaml
 
-from experiments.harness.checkpoints import checkpoints_latest_first, resumable_checkpoint
+from experiments.harness.checkpoints import (
+    checkpoint_global_step,
+    checkpoints_latest_first,
+    resumable_checkpoint,
+)
 from experiments.harness.command_line import chosen_config, grid_parser, split_extra
 from experiments.harness.grid_model import (
     PROJECT_ROOT,
@@ -30,10 +41,12 @@ from experiments.harness.grid_model import (
     run_lock,
     run_name,
     runs_root,
+    shown_path,
 )
 from experiments.harness.preflight import check_cells, check_folder, root_note
 from experiments.harness.replaced import set_aside, settle
 from experiments.harness.runs import read_run_metrics
+from experiments.harness.watch import CellWatch, StatusLines, duration, watcher
 from fileio import checkpoint_step, write_atomic
 
 
@@ -143,21 +156,6 @@ def latest_checkpoint(run_dir: Path, say=None) -> Path | None:
     return resumable_checkpoint(run_dir, say)
 
 
-def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """Terminate a cell's process group (SIGTERM, then SIGKILL after ``grace`` seconds)."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-
-
 class GridDone(NamedTuple):
     """A grid whose cells have run: what failed or was not run, one text each, and whether
     a W&B summary run is due (a run finished here, or none was left to run)."""
@@ -192,9 +190,8 @@ def run_grid(experiment: Experiment, argv: list[str]) -> GridDone | None:
     threads = args.threads or (max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1
                                else None)
     run = GridRun(experiment, grid, config, extra, threads, resume=args.skip_done)
-    todo = [Job(c, s) for s in range(args.seeds) for c in cells]
-    if args.skip_done:
-        todo = _not_done(run, todo)
+    jobs = [Job(c, s) for s in range(args.seeds) for c in cells]
+    todo = _not_done(run, jobs) if args.skip_done else list(jobs)
     if args.dry_run:
         for job in todo:
             print(" ".join(run.command(job)))
@@ -216,27 +213,30 @@ def run_grid(experiment: Experiment, argv: list[str]) -> GridDone | None:
           f"{len(todo)} runs, {args.jobs} at a time"
           f"{f', {threads} thread(s) each' if threads else ''}; logs in {run.folder}",
           flush=True)
-    failed: list[Path] = []
-    held: list[Path] = []  # cells another grid was running: not run here, not failed
-    running: list[Launched] = []
+    outcome = GridOutcome()
+    stop = StopRequest()
     start = time.time()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = {sig: signal.signal(sig, stop.ask) for sig in (signal.SIGINT, signal.SIGTERM)}
     ran = len(todo)
     try:
-        _run_jobs(run, args.jobs, todo, running, failed, held)
-    except KeyboardInterrupt:
-        for launched in running:
-            _stop(launched.proc)
-            launched.log.close()
-        names = ", ".join(launched.job.label for launched in running) or "none"
-        raise SystemExit(f"grid stopped; cells stopped unfinished: {names} (rerun with "
-                         "--skip-done to keep the finished ones and resume these from their "
-                         "last checkpoint)") from None
+        with watcher(args.status_every) as watch:
+            try:
+                _run_jobs(run, args.jobs, todo, outcome, watch, stop)
+            finally:  # stopped, or an error here: no cell is left running on its own
+                if outcome.running:
+                    _stop_cells(outcome.running, stop)
+        if stop.signal is not None:  # the run folders read while their locks are held
+            print(stopped_summary(run, jobs, outcome, stop, time.time() - start), flush=True)
+            print(f"resume with:  {resume_command(run, args)}", flush=True)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        for launched in running:
-            launched.lock.close()
-    print(f"grid finished in {time.time() - start:.0f}s", flush=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for launched in outcome.running:
+            launched.close()
+    if stop.signal is not None:
+        raise SystemExit(1)
+    print(f"grid finished in {duration(time.time() - start)}", flush=True)
+    failed, held = outcome.failed, outcome.held
     problems = [f"{len(failed)} run(s) failed: " + ", ".join(map(str, failed))] if failed else []
     if held:
         problems.append(f"{len(held)} run(s) not run, another grid was running them: "
@@ -244,6 +244,122 @@ def run_grid(experiment: Experiment, argv: list[str]) -> GridDone | None:
                         + " (rerun with --skip-done once it has finished)")
     # no summary run when cells were due and none finished here (all failed or held)
     return GridDone(grid, config, problems, summary=ran == 0 or len(failed) + len(held) < ran)
+
+
+@dataclass
+class GridOutcome:
+    """Where a grid's jobs are: started and not yet ended (``running``, for the caller to
+    stop), the folders of those that failed, of those another grid runs (``held``)."""
+
+    running: list[Launched] = field(default_factory=list)
+    started: set[str] = field(default_factory=set)  # the names of the jobs started
+    failed: list[Path] = field(default_factory=list)
+    held: list[Path] = field(default_factory=list)
+
+
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM to the grid, as a signal handler: the grid stops starting
+    cells and stops the running ones; a second one cuts their grace short."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self.again = False
+        self.event = threading.Event()
+
+    def ask(self, signum, frame) -> None:
+        if self.signal is not None:
+            self.again = True
+        self.signal = signum
+        self.event.set()
+
+
+#: seconds a stopped cell has to end by itself (Lightning stops at the end of a batch) before
+#: it is killed; a second Ctrl-C kills at once
+STOP_GRACE = 5.0
+
+
+def _stop_cells(running: list[Launched], stop: StopRequest) -> None:
+    """SIGTERM to every running cell's process group at once, then SIGKILL to those still
+    running after :data:`STOP_GRACE` seconds (or at a second Ctrl-C).  Reading a resumable
+    checkpoint afterwards needs torch: it is imported meanwhile when there is one to read."""
+    if stop.signal is not None and any(checkpoints_latest_first(launched.run_dir)
+                                       for launched in running):
+        threading.Thread(target=importlib.import_module, args=("torch",), daemon=True).start()
+    alive = [launched for launched in running if launched.proc.poll() is None]
+    if stop.signal is not None:
+        shown = "Ctrl-C (SIGINT)" if stop.signal == signal.SIGINT else "SIGTERM"
+        print(f"{shown}: stopping {len(alive)} running cell(s) (Ctrl-C again kills them at "
+              "once)", flush=True)
+    for launched in alive:
+        _signal_group(launched.proc, signal.SIGTERM)
+    deadline = time.time() + STOP_GRACE
+    while (any(launched.proc.poll() is None for launched in alive) and not stop.again
+           and time.time() < deadline):
+        time.sleep(0.05)
+    for launched in alive:
+        if launched.proc.poll() is None:
+            _signal_group(launched.proc, signal.SIGKILL)
+            launched.proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stopped_summary(run: GridRun, jobs: list[Job], outcome: GridOutcome, stop: StopRequest,
+                    took: float) -> str:
+    """Where each job of a stopped grid is, read from its run folder once its cell has
+    ended, as ``--skip-done`` will find it: finished (kept), stopped with a checkpoint it
+    resumes from (its step), stopped without one (starts again), failed before the stop,
+    not started, left to another grid."""
+    held = set(outcome.held)
+    failed = set(outcome.failed)
+    groups: dict[str, list[str]] = {}
+    for job in jobs:
+        run_dir = run.folder / job.name
+        if run_dir in held:
+            kind, text = "left to another grid running it", job.label
+        elif run.finished(job):
+            kind, text = "finished", job.label
+        elif job.name not in outcome.started:
+            kind, text = "not started", job.label
+        elif (checkpoint := latest_checkpoint(run_dir)) is not None:
+            kind = "failed before the stop" if run_dir in failed else "stopped with a checkpoint"
+            text = f"{job.label} (resumes from step {checkpoint_global_step(checkpoint):,})"
+        else:
+            kind = ("failed before the stop" if run_dir in failed
+                    else "stopped without a checkpoint")
+            text = f"{job.label} (restarts from step 0)"
+        groups.setdefault(kind, []).append(text)
+    order = ["finished", "stopped with a checkpoint", "stopped without a checkpoint",
+             "failed before the stop", "not started", "left to another grid running it"]
+    lines = [f"grid stopped by {signal.Signals(stop.signal).name} after {duration(took)}:"]
+    lines += [f"  {kind}: {', '.join(groups[kind])}" for kind in order if kind in groups]
+    return "\n".join(lines)
+
+
+def resume_command(run: GridRun, args) -> str:
+    """The ``grid --skip-done`` command that goes on with a stopped grid: the same grid,
+    config, cells, seeds, jobs, threads and overrides."""
+    interpreter = Path(sys.executable)
+    shown = (str(interpreter.relative_to(PROJECT_ROOT)) if interpreter.is_relative_to(PROJECT_ROOT)
+             else "python")
+    script = run.experiment.script or PROJECT_ROOT / "experiments" / f"{run.experiment.name}.py"
+    cmd = [shown, shown_path(script), "grid", run.grid.name, "--config", run.config]
+    if args.cells:
+        cmd += ["--cells", *args.cells]
+    for flag, value, default in (("--seeds", args.seeds, 1), ("--jobs", args.jobs, 1),
+                                 ("--threads", args.threads, None),
+                                 ("--status-every", args.status_every, 60)):
+        if value != default:
+            cmd += [flag, str(value)]
+    cmd.append("--skip-done")
+    if run.extra:
+        cmd += ["--", *run.extra]
+    return shlex.join(cmd)
 
 
 def stopped_runs(run: GridRun, todo: list[Job]) -> list[tuple[Job, int]]:
@@ -280,21 +396,17 @@ def _not_done(run: GridRun, todo: list[Job]) -> list[Job]:
     return todo
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _run_jobs(run: GridRun, jobs: int, todo: list[Job], running: list[Launched],
-              failed: list[Path], held: list[Path]) -> None:
-    """Run ``todo``, ``jobs`` at a time; ``running`` holds the runs started and not yet
-    finished (for the caller to stop), ``failed`` gets the folder of each run that failed,
-    ``held`` that of each cell left alone because another grid runs it."""
-    while todo or running:
-        while todo and len(running) < jobs:
+def _run_jobs(run: GridRun, jobs: int, todo: list[Job], outcome: GridOutcome,
+              watch: StatusLines, stop: StopRequest) -> None:
+    """Run ``todo``, ``jobs`` at a time, until every job has ended or a stop is asked
+    (``outcome`` says where each job is); ``watch`` shows the running ones."""
+    running = outcome.running
+    while (todo or running) and stop.signal is None:
+        while todo and len(running) < jobs and stop.signal is None:
             job = todo.pop(0)
             lock = run_lock(run.folder, job.name)
             if lock is None:  # another grid runs this very cell and seed: leave it alone
-                held.append(run.folder / job.name)
+                outcome.held.append(run.folder / job.name)
                 print(f"  NOT RUN {job.label}: another grid is running it "
                       f"({lock_holder(run.folder, job.name)}); rerun with --skip-done "
                       "once it has finished", flush=True)
@@ -302,13 +414,24 @@ def _run_jobs(run: GridRun, jobs: int, todo: list[Job], running: list[Launched],
             launched = run.launch(job)
             launched.lock = lock
             running.append(launched)
+            outcome.started.add(job.name)
+            watch.start(job.name, CellWatch(job.label, launched.run_dir / "output.log",
+                                            validation_metric(run.grid)))
         for launched in list(running):
             if launched.proc.poll() is None:
                 continue
             running.remove(launched)
             launched.close()
-            _report_finished(run.grid, launched, failed)
-        time.sleep(0.2)
+            watch.end(launched.job.name)
+            _report_finished(run.grid, launched, outcome.failed)
+        watch.tick()
+        stop.event.wait(0.2)
+
+
+def validation_metric(grid: Grid) -> str:
+    """The validation metric a running cell is shown with: that of the grid's first metric
+    (``test/acc`` -> ``val/acc``)."""
+    return "val/" + next(iter(grid.metrics.values())).split("/", 1)[-1]
 
 
 def _report_finished(grid: Grid, launched: Launched, failed: list[Path]) -> None:

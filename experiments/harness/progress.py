@@ -3,7 +3,10 @@ cell's ``output.log``, a batch job, a pipe) one line every N optimiser steps (th
 training loss, steps per second, the time left) and one at each validation (its metrics),
 :class:`ProgressLines`.  A bar's carriage returns would fill a log file with one line per
 refresh; these lines stay readable there.  ``--trainer.enable_progress_bar true|false``
-chooses for itself; ``--run.progress_every N`` sets N (0: no lines).
+chooses for itself; ``--run.progress_every N`` sets N (0: no lines).  The lines' format is
+experiments/harness/watch.py's, which ``grid`` reads them with.  The bar on a terminal is
+Lightning's rich bar, its description the epoch alone when the run is bounded by steps
+(:func:`progress_bar`; Lightning's own says ``Epoch 0/-2`` then).
 """
 
 from __future__ import annotations
@@ -12,7 +15,11 @@ import math
 import sys
 import time
 
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, RichProgressBar
+
+from experiments.harness.watch import duration, step_line, validation_line
+
+__all__ = ["LINES_PER_RUN", "ProgressLines", "duration", "progress_bar", "shows_bar"]
 
 #: lines of a run at the default spacing (``--run.progress_every`` unset)
 LINES_PER_RUN = 100
@@ -27,14 +34,20 @@ def shows_bar(setting: bool | None, stream=None) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-def duration(seconds: float) -> str:
-    """``1h02m``, ``9m52s``, ``41s``."""
-    seconds = max(0, round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+class _StepBoundBar(RichProgressBar):
+    """Lightning's rich bar, whose training description is ``Epoch <e>/<max_epochs - 1>``:
+    ``Epoch 0/-2`` for a run bounded by ``max_steps`` (``max_epochs`` -1).  Here the epoch
+    alone then (Lightning 2.6's ``_get_train_description``)."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        if self.trainer.max_epochs is not None and self.trainer.max_epochs < 0:
+            return f"{f'Epoch {current_epoch}':{len(self.validation_description)}}"
+        return super()._get_train_description(current_epoch)
+
+
+def progress_bar() -> RichProgressBar:
+    """The bar of a run on a terminal."""
+    return _StepBoundBar()
 
 
 class ProgressLines(Callback):
@@ -82,20 +95,14 @@ class ProgressLines(Callback):
         now = time.monotonic()
         rate = (step - self._last[0]) / max(now - self._last[1], 1e-9)
         self._last = (step, now)
-        total = self.total_steps(trainer)
-        parts = [f"step {step}/{total}" if total else f"step {step}"]
         loss = trainer.callback_metrics.get("train/loss")
-        if loss is not None:
-            parts.append(f"loss {float(loss):.4f}")
-        parts.append(f"{rate:.2f} steps/s")
-        if total and rate > 0:
-            parts.append(f"ETA {duration((total - step) / rate)}")
-        self._say(trainer, "  ".join(parts))
+        self._say(trainer, step_line(step, self.total_steps(trainer),
+                                     None if loss is None else float(loss), rate))
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
             return
         metrics = {k: v for k, v in sorted(trainer.callback_metrics.items())
                    if k.startswith("val/") and getattr(v, "numel", lambda: 1)() == 1}
-        shown = "  ".join(f"{k} {float(v):.4f}" for k, v in metrics.items())
-        self._say(trainer, f"validation at step {trainer.global_step}: {shown or 'no metrics'}")
+        self._say(trainer, validation_line(trainer.global_step,
+                                           {k: float(v) for k, v in metrics.items()}))

@@ -5,6 +5,7 @@ orphaned; ``--skip-done`` then keeps only the finished ones."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -111,9 +112,14 @@ def test_stopping_a_grid_stops_its_cells(env, tmp_path):
     grid.send_signal(signal.SIGTERM)
     out, _ = grid.communicate(timeout=60)
     assert grid.returncode == 1
-    assert out.splitlines()[-1] == ("grid stopped; cells stopped unfinished: transformer seed 0 "
-                                    "(rerun with --skip-done to keep the finished ones and "
-                                    "resume these from their last checkpoint)")
+    lines = out.splitlines()
+    assert "SIGTERM: stopping 1 running cell(s) (Ctrl-C again kills them at once)" in lines
+    assert re.fullmatch(r"  stopped with a checkpoint: transformer seed 0 \(resumes from step "
+                        r"[\d,]+\)|  stopped without a checkpoint: transformer seed 0 \(restarts "
+                        r"from step 0\)", lines[-2]), lines[-4:]
+    assert lines[-1] == ("resume with:  python experiments/coda_mlu.py grid table6 --config "
+                         "smoke --cells transformer --skip-done -- --trainer.max_steps 100000 "
+                         "--run.wandb false")
     deadline = time.time() + 20
     while cell_pids("transformer-seed0", env) and time.time() < deadline:
         time.sleep(0.5)
