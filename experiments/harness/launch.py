@@ -341,14 +341,19 @@ def stopped_summary(run: GridRun, jobs: list[Job], outcome: GridOutcome, stop: S
     return "\n".join(lines)
 
 
+def shown_interpreter() -> str:
+    """This Python as a command to type: its path in the project (``.venv/bin/python``),
+    else ``python``."""
+    interpreter = Path(sys.executable)
+    return (str(interpreter.relative_to(PROJECT_ROOT))
+            if interpreter.is_relative_to(PROJECT_ROOT) else "python")
+
+
 def resume_command(run: GridRun, args) -> str:
     """The ``grid --skip-done`` command that goes on with a stopped grid: the same grid,
     config, cells, seeds, jobs, threads and overrides."""
-    interpreter = Path(sys.executable)
-    shown = (str(interpreter.relative_to(PROJECT_ROOT)) if interpreter.is_relative_to(PROJECT_ROOT)
-             else "python")
     script = run.experiment.script or PROJECT_ROOT / "experiments" / f"{run.experiment.name}.py"
-    cmd = [shown, shown_path(script), "grid", run.grid.name, "--config", run.config]
+    cmd = [shown_interpreter(), shown_path(script), "grid", run.grid.name, "--config", run.config]
     if args.cells:
         cmd += ["--cells", *args.cells]
     for flag, value, default in (("--seeds", args.seeds, 1), ("--jobs", args.jobs, 1),

@@ -14,6 +14,7 @@ import pytest
 
 from experiments import coda_mlu
 from experiments.harness.grid_model import run_lock
+from experiments.harness.launch import shown_interpreter
 from experiments.harness.runner import main as run_script
 from tests.conftest import start
 
@@ -117,7 +118,8 @@ def test_stopping_a_grid_stops_its_cells(env, tmp_path):
     assert re.fullmatch(r"  stopped with a checkpoint: transformer seed 0 \(resumes from step "
                         r"[\d,]+\)|  stopped without a checkpoint: transformer seed 0 \(restarts "
                         r"from step 0\)", lines[-2]), lines[-4:]
-    assert lines[-1] == ("resume with:  python experiments/coda_mlu.py grid table6 --config "
+    assert lines[-1] == (f"resume with:  {shown_interpreter()} experiments/coda_mlu.py grid "
+                         "table6 --config "
                          "smoke --cells transformer --skip-done -- --trainer.max_steps 100000 "
                          "--run.wandb false")
     deadline = time.time() + 20

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from experiments.harness.checkpoints import resumable_checkpoint
+from experiments.harness.launch import shown_interpreter
 from experiments.harness.watch import CellWatch, StatusLines, step_line, validation_line
 from tests.conftest import start
 from tests.experiments.test_grid_control import cell_pids
@@ -231,8 +232,8 @@ def test_ctrl_c_names_each_cell_as_its_run_folder_holds_it(env):
         "  stopped with a checkpoint: coda seed 0 (resumes from step 10)",
         "  stopped without a checkpoint: transformer seed 1 (restarts from step 0)",
         "  not started: coda seed 1",
-        "resume with:  python experiments/coda_mlu.py grid table6 --config smoke --cells "
-        "transformer coda --seeds 2 --jobs 2 --skip-done -- --run.wandb=false"]
+        f"resume with:  {shown_interpreter()} experiments/coda_mlu.py grid table6 --config "
+        "smoke --cells transformer coda --seeds 2 --jobs 2 --skip-done -- --run.wandb=false"]
     assert (folder / "coda-seed0" / "checkpoints" / "epoch=0-step=10.ckpt").exists()
     assert not (folder / "coda-seed0" / "checkpoints" / "epoch=0-step=20.ckpt").exists()
     assert not list((folder / "transformer-seed1").glob("checkpoints/*.ckpt"))
