@@ -21,6 +21,25 @@ prints (results/attention_compare_cost/<data>.jsonl, the grid's ``cost_file``):
     python -m benchmarks.model_cost --model compare --data sst --threads 1 \
         --out results/attention_compare_cost/sst.jsonl
 
+``--model mlu``: the MLU Transformer of experiments/coda_mlu.py (``--config``, default demo:
+its model, batch and optimiser, on as many generated problems as the batches take), one
+model per row of ``--model compare``'s list.  ``--model decompatt``: DecompAtt of
+experiments/decomp_snli.py's paper config (hidden 200, batch 32) with trained embeddings
+instead of GloVe, on the shared SNLI dev prefix (benchmarks/nli_step.py's), one model per
+mechanism the registry serves in pairwise alignment.
+
+``--precision 32-true,bf16-mixed``: each model once per precision, twins from the same
+initial weights with optimisers of their own, all taking turns; a ``bf16-mixed`` step runs
+its forward pass and loss under ``torch.autocast("cpu", torch.bfloat16)`` as Lightning's
+``--trainer.precision bf16-mixed`` does (float32 weights, optimiser and backward call), and
+each twin's row has its steps/s ratio to its float32 twin with a paired 95% interval
+(``precision_ratio``, ``precision_low``, ``precision_high``); ``--out`` rows record the CPU's
+bfloat16 instruction sets (``cpu_features``: AVX-512 BF16, AMX) and torch's capability
+(results/bf16_cost.md):
+
+    python -m benchmarks.model_cost --model mlu --mechanisms softmax,coda \
+        --precision 32-true,bf16-mixed --threads 1 --out results/bf16_cost/mlu_demo.jsonl
+
 Why interleaved: the cost grid (``dwin_classification.py grid cost``) runs one Lightning run
 per cell after another, and on a shared machine a slow minute lands on one cell: its three
 seeds of 55 timed steps spread by up to 30% (results/dwin_classification_cost.md).  Here the
@@ -45,6 +64,8 @@ FILE).  Not a test: no assertion is made on the times.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import datetime
 import importlib
 import itertools
@@ -105,22 +126,57 @@ def first_batches(data, n: int, what: str) -> list[dict]:
     return batches
 
 
+#: ``--precision`` values, Lightning's names for what a training step runs in
+PRECISIONS = ("32-true", "bf16-mixed")
+
+
+def autocast(precision: str):
+    """What Lightning's precision plugin runs a training step's forward pass and loss in
+    (``--trainer.precision``): under ``bf16-mixed`` CPU autocast to bfloat16 (the weights,
+    the optimiser and the backward pass stay float32; no loss scaling), else nothing."""
+    if precision == "bf16-mixed":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    if precision == "32-true":
+        return contextlib.nullcontext()
+    raise ValueError(f"model_cost: precision must be one of {PRECISIONS}, got {precision!r}")
+
+
 class Trainee:
-    """One cell's model and optimiser; :meth:`step` times one training step."""
+    """One cell's model and optimiser; :meth:`step` times one training step (its forward
+    pass and loss under :func:`autocast` of ``precision``)."""
 
     def __init__(self, model: torch.nn.Module, loss: Callable, lr: float,
-                 betas: tuple[float, float]):
-        self.model, self.loss = model, loss
+                 betas: tuple[float, float], precision: str = "32-true"):
+        autocast(precision)  # a known precision
+        self.model, self.loss, self.lr, self.betas = model, loss, lr, betas
+        self.precision = precision
         self.model.train()
         self.opt = torch.optim.Adam(self.model.parameters(), lr=lr, betas=betas)
 
+    def twin(self, precision: str) -> Trainee:
+        """A copy of this model (its weights now: build twins before training) with an
+        optimiser of its own, stepping in ``precision``."""
+        return Trainee(copy.deepcopy(self.model), self.loss, self.lr, self.betas, precision)
+
     def step(self, batch: dict) -> float:
         start = time.perf_counter()
-        loss = self.loss(self.model, batch)
+        with autocast(self.precision):
+            loss = self.loss(self.model, batch)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
         return time.perf_counter() - start
+
+
+def twins(trainees: dict[str, Trainee], precisions: list[str]) -> dict[str, Trainee]:
+    """Each model in each of ``precisions``, from the same initial weights: the first
+    precision's under the model's name, the others' under ``name@precision``."""
+    out = {}
+    for name, trainee in trainees.items():
+        for precision in precisions:
+            key = name if precision == precisions[0] else f"{name}@{precision}"
+            out[key] = trainee.twin(precision)
+    return out
 
 
 def classifier_loss(smoothing: float) -> Callable:
@@ -148,41 +204,50 @@ def sst_trainees(names: list[str], vocab_size: int, d_model: int) -> dict[str, T
 # -- models of an experiment's configs ------------------------------------------------------
 #: the experiments' configs (read as files: benchmarks import no experiment code)
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
-#: dwin_mt's (grid cost, config speed) and attention_compare's
+#: dwin_mt's (grid cost, config speed), attention_compare's, coda_mlu's and decomp_snli's
 DWIN_MT_CONFIGS, COMPARE_CONFIGS = CONFIGS / "dwin_mt", CONFIGS / "attention_compare"
+MLU_CONFIGS, SNLI_CONFIGS = CONFIGS / "coda_mlu", CONFIGS / "decomp_snli"
+#: the SNLI file of DecompAtt's batches: the shared dev prefix (benchmarks/nli_step.py's)
+SNLI_FILE = "snli_1.0_dev.first1288.jsonl"
 
 
-def config_batches(folder: Path, config: str, dataset: str, n: int, data_dir: str | None
-                   ) -> tuple[list[dict], dict, object]:
+def config_batches(folder: Path, config: str, dataset: str | None, n: int,
+                   data_dir: str | None, data_class: str | None = None,
+                   data_args: dict | None = None) -> tuple[list[dict], dict, object]:
     """The first ``n`` training batches (seed 0) of the DataModule of a grid config's dataset
-    config (``<folder>/<config>/<dataset>.yaml``; ``data_dir`` replaces its folder when
-    given), the model settings of the grid config (``<folder>/<config>.yaml``), and the
-    DataModule (for the model's linked arguments)."""
+    config (``<folder>/<config>/<dataset>.yaml``; ``dataset`` None: the grid config's own
+    ``data`` block, of class ``data_class``, the experiment's DataModule, which such configs
+    do not name; ``data_args`` replace its arguments, ``data_dir`` its folder when given),
+    the model settings of the grid config (``<folder>/<config>.yaml``; a ``class_path``
+    model's ``init_args``), and the DataModule (for the model's linked arguments)."""
     import yaml
 
-    files = (folder / f"{config}.yaml", folder / config / f"{dataset}.yaml")
+    files = (folder / f"{config}.yaml",) + ((folder / config / f"{dataset}.yaml",)
+                                           if dataset else ())
     for path in files:
         if not path.is_file():
             raise SystemExit(f"model_cost: no config {path}")
     settings = yaml.safe_load(files[0].read_text())["model"]
-    data_config = yaml.safe_load(files[1].read_text())["data"]
-    module, _, cls = data_config["class_path"].rpartition(".")
-    init = {**data_config.get("init_args", {}), "seed": 0,
+    settings = settings.get("init_args", {}) if "class_path" in settings else settings
+    data_config = yaml.safe_load(files[-1].read_text())["data"]
+    if "class_path" in data_config:
+        data_class, data_config = data_config["class_path"], data_config.get("init_args", {})
+    module, _, cls = data_class.rpartition(".")
+    init = {**data_config, **(data_args or {}), "seed": 0,
             **({"data_dir": data_dir} if data_dir else {})}
     data = getattr(importlib.import_module(module), cls)(**init)
-    return first_batches(data, n, dataset), settings, data
+    return first_batches(data, n, dataset or config), settings, data
 
 
 def config_trainees(model_class: type, rows: dict[str, list[str]], settings: dict,
                     links: dict, loss: Callable) -> dict[str, Trainee]:
     """A config's model for each row (its grid cell's ``--model.*`` flags; seed 0), with the
-    config's learning rate and betas."""
-    lr, betas = settings["lr"], tuple(settings["betas"])
+    model's learning rate and betas (the config's, else the model's defaults)."""
     trainees = {}
     for name, flags in rows.items():
         torch.manual_seed(0)
         model = model_class(**{**settings, **links, **cell_arguments(flags)})
-        trainees[name] = Trainee(model, loss, lr, betas)
+        trainees[name] = Trainee(model, loss, model.optim["lr"], tuple(model.optim["betas"]))
     return trainees
 
 
@@ -226,15 +291,30 @@ def translation_trainees(names: list[str], settings: dict, links: dict) -> dict[
     from lit_models.mt_rows import COST_ROWS
     from lit_models.transformer import TransformerSeq2Seq
 
-    smoothing = settings["label_smoothing"]
+    return config_trainees(TransformerSeq2Seq, {name: COST_ROWS[name] for name in names},
+                           settings, links, seq2seq_loss(settings["label_smoothing"]))
 
+
+def seq2seq_loss(smoothing: float) -> Callable:
+    """A sequence-to-sequence model's training loss on a batch (teacher forcing, label
+    smoothing)."""
     def loss(model, batch):
         logits = model(batch["src"], batch["src_mask"], batch["tgt_in"],
                        batch["tgt_mask"]).logits
         return model.loss(logits, batch, smoothing)
 
-    return config_trainees(TransformerSeq2Seq, {name: COST_ROWS[name] for name in names},
-                           settings, links, loss)
+    return loss
+
+
+def nli_loss(model, batch) -> torch.Tensor:
+    """DecompAtt's training loss on a batch (its ``training_step``'s)."""
+    return F.nll_loss(model.log_probs(batch), batch["label"])
+
+
+def alignment_rows() -> dict[str, list[str]]:
+    """DecompAtt's rows: every mechanism the registry serves in pairwise alignment, with its
+    defaults."""
+    return {name: [f"--model.attention={name}"] for name in supporting("alignment")}
 
 
 def measure(trainees: dict[str, Trainee], batches: list[dict], rounds: int,
@@ -250,15 +330,25 @@ def measure(trainees: dict[str, Trainee], batches: list[dict], rounds: int,
 
 
 def summarise(times: dict[str, list[float]], baseline: str = "softmax",
-              resamples: int = 2000) -> list[dict]:
-    """Steps/s, its ratio to the baseline's and a paired bootstrap 95% interval."""
+              resamples: int = 2000, precisions: tuple[str, ...] = ("32-true",)) -> list[dict]:
+    """Steps/s, its ratio to the baseline's in the same precision and a paired bootstrap 95%
+    interval; for a twin in another precision than the first (``name@precision``,
+    :func:`twins`), also its steps/s ratio to its twin in the first (``precision_ratio``,
+    ``precision_low``, ``precision_high``, against ``vs_precision``)."""
     rows = []
-    for name, values in times.items():
+    for key, values in times.items():
+        name, at, precision = key.partition("@")
+        suffix = at + precision
         # steps/s ratio = baseline time / this time: the inverse of paired_ratio's
-        ratio, low, high = paired_ratio(values, times[baseline], resamples)
-        rows.append({"mechanism": name, "steps": len(values),
-                     "steps_per_s": len(values) / sum(values),
-                     "ratio_vs_softmax": ratio, "ratio_low": low, "ratio_high": high})
+        ratio, low, high = paired_ratio(values, times[baseline + suffix], resamples)
+        row = {"mechanism": name, "precision": precision or precisions[0],
+               "steps": len(values), "steps_per_s": len(values) / sum(values),
+               "ratio_vs_softmax": ratio, "ratio_low": low, "ratio_high": high}
+        if suffix:
+            twin, twin_low, twin_high = paired_ratio(values, times[name], resamples)
+            row.update(vs_precision=precisions[0], precision_ratio=twin,
+                       precision_low=twin_low, precision_high=twin_high)
+        rows.append(row)
     return rows
 
 
@@ -290,27 +380,50 @@ def setting(args: argparse.Namespace, argv: list[str], steps: int) -> dict:
     # first, made the IMDb row of the same command say "uncommitted")
     if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"):
         commit += " with uncommitted changes"
+    from lit_models.base import cpu_host
+
     return {"command": shlex.join(["python", "-m", "benchmarks.model_cost", *argv]),
-            "model": args.model, "config": args.config if args.model == "compare" else None,
+            "model": args.model, "config": args.config if args.model in CONFIGURED else None,
             "data": args.data if args.model == "compare" else None, "steps": steps,
             "machine": f"{info['cpu']} ({info['cores']} cores), torch {info['torch']} with "
                        f"{torch.backends.cpu.get_cpu_capability()} kernels",
+            # the instruction sets that decide what bfloat16 costs (AMX tiles, AVX-512 BF16)
+            "cpu_features": {key.removeprefix("machine/cpu_has_"): value
+                             for key, value in cpu_host().items() if "_has_" in key},
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "precisions": args.precision.split(","),
             "threads": torch.get_num_threads(),
             "load_average": [round(x, 2) for x in os.getloadavg()],
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "commit": commit}
 
 
+#: the models whose --config names a config of their experiment, and its default
+CONFIGURED = {"compare": "paper", "mlu": "demo"}
+#: the MLU DataModule's attributes -> TransformerSeq2Seq's arguments (experiments/coda_mlu.py's
+#: links: one vocabulary for both sides)
+MLU_LINKS = [("vocab_size", "src_vocab_size"), ("vocab_size", "tgt_vocab_size"),
+             ("pad_id", "pad_id"), ("bos_id", "bos_id"), ("eos_id", "eos_id")]
+
+
 def parser() -> argparse.ArgumentParser:
     from lit_models.mt_rows import COST_ROWS
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.model_cost")
-    p.add_argument("--model", choices=("sst", "translation", "compare"), default="sst",
-                   help="the SST classifier (DW Table 5), the translation model (Table 4) or "
-                        "the classifier of experiments/attention_compare.py (--data, --config)")
+    p.add_argument("--model", choices=("sst", "translation", "compare", "mlu", "decompatt"),
+                   default="sst",
+                   help="the SST classifier (DW Table 5), the translation model (Table 4), "
+                        "the classifier of experiments/attention_compare.py (--data, "
+                        "--config), the MLU Transformer of experiments/coda_mlu.py (--config) "
+                        "or DecompAtt of experiments/decomp_snli.py's paper config")
     p.add_argument("--data", choices=("sst", "imdb"), default="sst", help="compare only")
-    p.add_argument("--config", default="paper",
-                   help="compare only: the attention_compare config of the model and data")
+    p.add_argument("--config", default=None,
+                   help="compare: the attention_compare config of the model and data "
+                        "(default paper); mlu: the coda_mlu config (default demo)")
+    p.add_argument("--precision", default="32-true",
+                   help="comma-separated, of " + ", ".join(PRECISIONS) + ": each model once "
+                        "per precision (twins from the same weights, taking turns), each "
+                        "twin's steps/s against its twin in the first")
     p.add_argument("--rounds", type=int, default=3, help="passes over the batches")
     p.add_argument("--steps", type=int, default=40, help="timed batches per round")
     p.add_argument("--warmup", type=int, default=5, help="untimed batches before the first")
@@ -319,8 +432,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--mechanisms", default=None,
                    help="comma-separated: SST " + ", ".join(MECHANISMS) + "; translation "
-                        + ", ".join(COST_ROWS) + "; compare " + ", ".join(compare_rows())
-                        + " (default: all)")
+                        + ", ".join(COST_ROWS) + "; compare and mlu " + ", ".join(compare_rows())
+                        + "; decompatt " + ", ".join(alignment_rows()) + " (default: all)")
     p.add_argument("--data-dir", default=None,
                    help="the dataset's folder (default: its config's, else its folder of "
                         "../shared/data)")
@@ -337,10 +450,17 @@ def main(argv: list[str] | None = None) -> None:
     p = parser()
     args = p.parse_args(argv)
     choices, baseline = {"sst": (MECHANISMS, "softmax"), "translation": (COST_ROWS, "transformer"),
-                         "compare": (compare_rows(), "softmax")}[args.model]
+                         "compare": (compare_rows(), "softmax"), "mlu": (compare_rows(), "softmax"),
+                         "decompatt": (alignment_rows(), "softmax")}[args.model]
     names = choose(p, "--mechanisms", args.mechanisms or ",".join(choices), choices, baseline)
-    if args.model != "compare" and (args.data, args.config) != ("sst", "paper"):
-        p.error("--data and --config choose the model of --model compare only")
+    if args.model != "compare" and args.data != "sst":
+        p.error("--data chooses the data of --model compare only")
+    if args.model not in CONFIGURED and args.config is not None:
+        p.error("--config chooses the model of --model " + " and ".join(CONFIGURED) + " only")
+    args.config = args.config or CONFIGURED.get(args.model)
+    precisions = [x.strip() for x in args.precision.split(",")]
+    if any(x not in PRECISIONS for x in precisions) or len(set(precisions)) < len(precisions):
+        p.error(f"--precision takes distinct values of {list(PRECISIONS)}, got {precisions}")
     if min(args.rounds, args.steps, args.threads) < 1 or args.warmup < 0:
         p.error("--rounds, --steps and --threads must be at least 1, --warmup at least 0")
     torch.set_num_threads(args.threads)
@@ -357,20 +477,45 @@ def main(argv: list[str] | None = None) -> None:
         trainees = config_trainees(TransformerClassifier, {r: choices[r] for r in names},
                                    settings, {t: getattr(data, s) for s, t in CLASSIFIER_LINKS},
                                    classifier_loss(settings.get("label_smoothing", 0.0)))
+    elif args.model == "mlu":
+        from lit_models.transformer import TransformerSeq2Seq
+
+        # as many generated problems as the batches take (the paper configs' millions would
+        # take minutes to generate; the problems come from the same distribution)
+        batches, settings, data = config_batches(
+            MLU_CONFIGS, args.config, None, n, args.data_dir, "datamodules.mlu.MLUDataModule",
+            {"train_size": n * 512, "val_size": 1, "test_size": 1})
+        trainees = config_trainees(TransformerSeq2Seq, {r: choices[r] for r in names}, settings,
+                                   {t: getattr(data, s) for s, t in MLU_LINKS},
+                                   seq2seq_loss(settings["label_smoothing"]))
+    elif args.model == "decompatt":
+        from lit_models.decomp_att import DecompAtt
+
+        # trained embeddings (no GloVe vectors), as benchmarks/nli_step.py
+        batches, settings, data = config_batches(
+            SNLI_CONFIGS, "paper", None, n, args.data_dir, "datamodules.nli.SNLIDataModule",
+            {"vectors": None, "train_file": SNLI_FILE, "val_file": SNLI_FILE,
+             "test_file": SNLI_FILE})
+        trainees = config_trainees(DecompAtt, {r: choices[r] for r in names}, settings,
+                                   {t: getattr(data, s) for s, t in CLASSIFIER_LINKS}, nli_loss)
     else:
         batches, vocab_size = sst_batches(n, args.data_dir, args.batch_size)
         trainees = sst_trainees(names, vocab_size, args.d_model)
-    rows = summarise(measure(trainees, batches, args.rounds, args.warmup), baseline)
+    if precisions != ["32-true"]:
+        trainees = twins(trainees, precisions)
+    rows = summarise(measure(trainees, batches, args.rounds, args.warmup), baseline,
+                     precisions=tuple(precisions))
     memory = step_tensor_mb(trainees, batches[args.warmup:])
-    for r in rows:
-        r["parameters"] = sum(p.numel() for p in trainees[r["mechanism"]].model.parameters())
-        r["step_tensor_mb"] = memory[r["mechanism"]]
+    for r, key in zip(rows, trainees, strict=True):
+        r["parameters"] = sum(p.numel() for p in trainees[key].model.parameters())
+        r["step_tensor_mb"] = memory[key]
     if args.out:
         where = setting(args, argv, args.rounds * args.steps)
-        prefix = f"{args.data}-" if args.model == "compare" else ""
-        text = "".join(json.dumps({"cell": prefix + r["mechanism"],
-                                   "baseline": prefix + baseline, **r, "setting": where}) + "\n"
-                       for r in rows)
+        prefix = {"compare": f"{args.data}-", "mlu": "mlu-", "decompatt": "snli-"}.get(
+            args.model, "")
+        text = "".join(json.dumps({"cell": prefix + key, "baseline": prefix + baseline, **r,
+                                   "setting": where}) + "\n"
+                       for key, r in zip(trainees, rows, strict=True))
         write_atomic(args.out, text)
     if args.json or args.out:
         for r in rows:
@@ -379,31 +524,39 @@ def main(argv: list[str] | None = None) -> None:
     print_table(args, rows, batches[args.warmup:], baseline)
 
 
+#: what each model's batches are: the tensor whose (batch, length) the table's line states
+INPUT = {"sst": "tokens", "compare": "tokens", "translation": "src", "mlu": "src",
+         "decompatt": "premise"}
+
+
 def print_table(args: argparse.Namespace, rows: list[dict], timed: list[dict],
                 baseline: str) -> None:
     """The markdown table of the rows, after a line saying what was measured."""
-    if args.model == "translation":
-        src = [int(b["src_mask"].sum()) for b in timed]
-        print(f"Translation model (dwin_mt speed config, cost grid cells) training steps "
-              f"(forward + backward + Adam), {args.threads} thread(s); {args.rounds} rounds x "
-              f"{args.steps} batches of {timed[0]['src'].shape[0]} pairs ({min(src)}-"
-              f"{max(src)} source tokens), the models taking turns step by step\n")
-    else:
-        lengths = [b["tokens"].shape[1] for b in timed]
-        what = (f"attention_compare classifier (config {args.config}, {args.data}), batch "
-                f"{timed[0]['tokens'].shape[0]}" if args.model == "compare" else
-                f"SST classifier training steps (forward + backward + Adam), batch "
-                f"{args.batch_size}, d_model {args.d_model}")
-        print(f"{what}, {args.threads} thread(s); {args.rounds} rounds x {args.steps} batches "
-              f"(lengths {min(lengths)}-{max(lengths)} tokens, mean "
-              f"{sum(lengths) / len(lengths):.1f}), the models taking turns step by step\n")
-    print(f"| mechanism | parameters (M) | steps/s | vs {baseline} | 95% interval | step tensor "
-          "MB |\n|---|---|---|---|---|---|")
+    what = {"translation": "Translation model (dwin_mt speed config, cost grid cells)",
+            "compare": f"attention_compare classifier (config {args.config}, {args.data})",
+            "mlu": f"MLU Transformer (coda_mlu config {args.config})",
+            "decompatt": "DecompAtt (decomp_snli paper config, trained embeddings, SNLI)",
+            "sst": f"SST classifier (d_model {args.d_model})"}[args.model]
+    inputs = [b[INPUT[args.model]] for b in timed]
+    lengths = [x.shape[1] for x in inputs]
+    print(f"{what} training steps (forward + backward + Adam), precision {args.precision}, "
+          f"{args.threads} thread(s); {args.rounds} rounds x {args.steps} batches of "
+          f"{inputs[0].shape[0]} ({INPUT[args.model]} lengths {min(lengths)}-{max(lengths)}, "
+          f"mean {sum(lengths) / len(lengths):.1f}), the models taking turns step by step\n")
+    twins = any("precision_ratio" in r for r in rows)
+    first = rows[0]["precision"]
+    print(f"| mechanism | precision | parameters (M) | steps/s | vs {baseline} | 95% interval |"
+          + (f" vs {first} | 95% interval |" if twins else "") + " step tensor MB |\n|---"
+          + "|---" * (8 if twins else 6) + "|")
     for r in rows:
         memory = "-" if r["step_tensor_mb"] is None else f"{r['step_tensor_mb']:.1f}"
-        print(f"| {r['mechanism']} | {r['parameters'] / 1e6:.2f} | {r['steps_per_s']:.2f} | "
-              f"{r['ratio_vs_softmax']:.2f}x | [{r['ratio_low']:.2f}, {r['ratio_high']:.2f}] "
-              f"| {memory} |")
+        twin = ""
+        if twins:
+            twin = (f" {r['precision_ratio']:.2f}x | [{r['precision_low']:.2f}, "
+                    f"{r['precision_high']:.2f}] |" if "precision_ratio" in r else " - | - |")
+        print(f"| {r['mechanism']} | {r['precision']} | {r['parameters'] / 1e6:.2f} | "
+              f"{r['steps_per_s']:.2f} | {r['ratio_vs_softmax']:.2f}x | [{r['ratio_low']:.2f}, "
+              f"{r['ratio_high']:.2f}] |{twin} {memory} |")
 
 
 if __name__ == "__main__":

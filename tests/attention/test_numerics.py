@@ -14,8 +14,11 @@ and a NaN or infinite training loss stops training with one clear line.
 (b) bfloat16 autocast (what ``precision="bf16-mixed"`` runs): each mechanism's multi-head
     self-attention at L=1024 (two shorter: see the test), forward and backward, and the eager
     fallbacks of the mechanisms with kernels of their own (CoDA, window): finite, and within
-    a few percent of float32.  The kernels' backward passes also run when ``backward()`` is
-    called inside the autocast region, and in a model cast to bfloat16.
+    a few percent of float32; every variant's pairwise alignment and decoder attention (all
+    steps, one step) on bfloat16 inputs, the same.  The kernels' backward passes also run
+    when ``backward()`` is called inside the autocast region, and in a model cast to
+    bfloat16.  Whole models with ``--trainer.precision bf16-mixed``:
+    tests/end_to_end/test_bf16_mixed.py.
 (c) A NaN or infinite training loss stops ``Trainer.fit`` with
     lit_models.base.NonFiniteLossError, naming the step and the last finite loss, for every
     model, also when one of two DDP processes has it; the latent mixture's routing
@@ -241,6 +244,54 @@ def test_kernels_take_bfloat16_either_way(name, path, precision, monkeypatch):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, _ = mha(x, x)
         backward_is_finite(what, (out,), (x,), mha)
+
+
+#: the contexts beside multi-head attention, every variant that supports them
+CONTEXT_CASES = cases("alignment", ("pairs",)) + cases("decoder", ("all steps", "one step"))
+
+
+@pytest.mark.parametrize("mechanism,mode", CONTEXT_CASES)
+def test_other_contexts_under_bf16_autocast(mechanism, mode):
+    """Pairwise alignment (DecompAtt) and decoder attention (the RNN translator, all steps
+    and one step after ``precompute``) under bfloat16 autocast, with bfloat16 inputs as a
+    model's bf16 layers hand them over (test_bf16_autocast_is_finite covers multi-head
+    attention): finite outputs and gradients of the inputs and every parameter, and within
+    5% of the largest float32 output (measured: at most 2.7%, the window's alignment), on
+    the padded batches of (a)."""
+    g = torch.Generator().manual_seed(4)
+    if mode == "pairs":
+        core = mechanism.alignment(dim=DIM).to(DT)
+        a, b = randn(*A_MASK.shape, DIM, g=g), randn(*B_MASK.shape, DIM, g=g)
+        value_a, value_b = randn(*A_MASK.shape, 3, g=g), randn(*B_MASK.shape, 3, g=g)
+
+        def run(*xs):
+            return tuple(core(xs[0], xs[1], A_MASK, B_MASK, value_a=xs[2], value_b=xs[3]))
+
+        inputs = (a, b, value_a, value_b)
+    else:
+        core, s, h, _ = decoder(mechanism)
+        core = core.to(DT)
+        inputs = (s[:len(DECODER_MASK)].to(DT), randn(*DECODER_MASK.shape, h.shape[-1], g=g))
+
+        def run(s, h):
+            memory = core.precompute(h, DECODER_MASK)
+            if mode == "all steps":
+                return core(s, memory)
+            return tuple(torch.stack(x, 1) for x in
+                         zip(*(core.step(s[:, t], memory) for t in range(s.shape[1]))))
+
+    core.eval()  # no dropout: float32 and bfloat16 compared on the same function
+    with torch.no_grad():
+        reference = run(*inputs)
+    low = [x.to(torch.bfloat16).requires_grad_() for x in inputs]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        outputs = run(*low)
+    what = f"{mechanism.tag()}, {mode} under bf16 autocast"
+    assert_finite(what, **{f"output {i}": o for i, o in enumerate(outputs)})
+    for i, (out, ref) in enumerate(zip(outputs, reference, strict=True)):
+        error = (out.float() - ref).abs().max() / ref.abs().max().clamp(min=1e-6)
+        assert error < 0.05, f"{what}: output {i} {error:.3g} of the largest away from float32's"
+    backward_is_finite(what, outputs, low, core)
 
 
 # -- (c) a NaN or infinite training loss stops training ----------------------------------------

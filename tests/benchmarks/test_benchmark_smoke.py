@@ -222,3 +222,49 @@ def test_paired_ratio_on_closed_form_cases():
     assert ratio == pytest.approx(2.0 / 1.5) and low < ratio < high
     with pytest.raises(ValueError, match="5 baseline and 4 times"):
         paired_ratio(base, base[:4])
+
+
+def test_model_cost_precision_twins_start_equal_and_step_in_their_precision():
+    """``--precision 32-true,bf16-mixed``: each model's bf16-mixed twin starts from its
+    weights, trains apart from it (its own optimiser), and runs its forward pass under CPU
+    autocast to bfloat16 while the float32 twin's runs in float32; each twin's steps/s
+    ratio to its float32 twin is the paired ratio of their step times (the baseline in
+    each precision against its own kind)."""
+    import torch
+
+    from benchmarks.model_cost import Trainee, classifier_loss, summarise, twins
+    from lit_models.transformer import TransformerClassifier
+
+    torch.manual_seed(0)
+    model = TransformerClassifier(vocab_size=20, num_classes=2, d_model=16, n_heads=2, d_ff=32,
+                                  n_layers=1, attention="coda")
+    models = twins({"coda": Trainee(model, classifier_loss(0.0), 1e-3, (0.9, 0.98))},
+                   ["32-true", "bf16-mixed"])
+    assert list(models) == ["coda", "coda@bf16-mixed"]
+    fp32, bf16 = models["coda"], models["coda@bf16-mixed"]
+    assert bf16.precision == "bf16-mixed" and bf16.model is not fp32.model
+    for (name, a), b in zip(fp32.model.state_dict().items(),
+                            bf16.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    seen = {}
+    for key, trainee in models.items():
+        trainee.model.register_forward_hook(
+            lambda module, args, out, key=key: seen.update({key: out.logits.dtype}))
+    batch = {"tokens": torch.randint(1, 20, (4, 7)), "mask": torch.ones(4, 7, dtype=torch.bool),
+             "label": torch.tensor([0, 1, 0, 1])}
+    for trainee in models.values():
+        trainee.step(batch)
+    assert seen == {"coda": torch.float32, "coda@bf16-mixed": torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in bf16.model.parameters())
+    assert not torch.equal(next(fp32.model.parameters()), next(bf16.model.parameters()))
+
+    times = {"softmax": [1.0, 1.0], "coda": [2.0, 2.0],
+             "softmax@bf16-mixed": [0.5, 1.0], "coda@bf16-mixed": [1.0, 3.0]}
+    rows = {(r["mechanism"], r["precision"]): r
+            for r in summarise(times, precisions=("32-true", "bf16-mixed"))}
+    assert "precision_ratio" not in rows["coda", "32-true"]
+    assert rows["coda", "32-true"]["ratio_vs_softmax"] == pytest.approx(0.5)
+    assert rows["coda", "bf16-mixed"]["ratio_vs_softmax"] == pytest.approx(1.5 / 4)
+    assert rows["coda", "bf16-mixed"]["precision_ratio"] == pytest.approx(4 / 4)
+    assert rows["softmax", "bf16-mixed"]["precision_ratio"] == pytest.approx(2 / 1.5)
+    assert rows["softmax", "bf16-mixed"]["vs_precision"] == "32-true"
