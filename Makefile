@@ -9,7 +9,7 @@ PYTEST_WORKERS ?= 2
 , := ,
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: setup setup-dev demo test test-fast lint bench lock clean
+.PHONY: setup setup-dev demo test test-fast lint bench lock clean notebooks
 # the instruction set torch dispatches to here, lower case (avx512, avx2, default): the
 # demo printouts of results/coda_mlu_demo_isa/ are named by it
 CAPABILITY = $(BIN)/python -c "import torch; print(torch.backends.cpu.get_cpu_capability().lower())"
@@ -130,6 +130,15 @@ test-fast: setup-dev
 
 lint: setup-dev
 	$(BIN)/ruff check .
+
+# notebooks: executes every notebook of notebooks/ top to bottom at its full setting (its
+# default steps, one thread) and stores its outputs, figures inline, in the .ipynb
+# (notebooks/execute.py; docs/notebooks.md); tests/docs/test_notebooks.py fails when they are
+# stale.  One notebook: make notebooks NOTEBOOKS=notebooks/results.ipynb.  Open them with
+# .venv/bin/jupyter lab
+NOTEBOOKS ?= $(sort $(wildcard notebooks/*.ipynb))
+notebooks: setup-dev
+	ATTNREPRO_THREADS=1 $(BIN)/python notebooks/execute.py $(NOTEBOOKS)
 
 bench: setup
 	$(BIN)/python -m benchmarks.attention --markdown benchmarks/README.md

@@ -61,9 +61,12 @@ from experiments.harness.report import format_report
 from experiments.harness.runs import configs_with_runs
 from experiments.harness.studies import (  # noqa: F401 - the notebooks call them as figures.<name>
     RecordAt,
+    compact_png,
     env_steps,
     evaluated,
+    first_losses,
     prepared,
+    print_check,
     save,
     study_dir,
     train_briefly,
