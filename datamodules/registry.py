@@ -74,6 +74,12 @@ class Dataset:
         """Every file of a complete folder (downloads unpacked, manual files)."""
         return tuple(p for d in self.downloads for p in d.provides) + self.manual
 
+    @property
+    def needed(self) -> tuple[str, ...]:
+        """The files a default config reads: :attr:`files` but the downloads' optional ones."""
+        return tuple(p for d in self.downloads for p in d.provides
+                     if p not in d.optional) + self.manual
+
     def provider(self, relative: str) -> int | None:
         """The index of the download that gives ``relative`` (a posix path), or None."""
         for i, d in enumerate(self.downloads):

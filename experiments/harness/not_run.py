@@ -54,14 +54,11 @@ def data_state(experiment: Experiment, cell: Cell, root: Path | None = None
         return None
     data = str(merged_settings(experiment, PAPER, cell).get("data"))
 
-    def files(entry) -> tuple[list[str], list[str]]:
-        needed = [p for d in entry.downloads for p in d.provides if p not in d.optional]
-        needed += list(entry.manual)
-        return needed, [p for p in needed if not (root / entry.folder / p).exists()]
-
     own = [e for e in entries if e.folder in data] or entries
-    entry = min(own, key=lambda e: len(files(e)[1]) / max(1, len(files(e)[0])))
-    needed, missing = files(entry)
+    missing_of = {e.key: [p for p in e.needed if not (root / e.folder / p).exists()]
+                  for e in own}
+    entry = min(own, key=lambda e: len(missing_of[e.key]) / max(1, len(e.needed)))
+    needed, missing = entry.needed, missing_of[entry.key]
     where = (f"{entry.title}: {len(missing)} of its {len(needed)} files are not under the "
              f"data root (the first: {entry.folder}/{missing[0] if missing else ''}; python -m "
              f"datamodules.fetch --status {entry.key})")

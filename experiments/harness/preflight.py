@@ -136,8 +136,7 @@ def _entry_problem(entry, folder: Path, named: list[str], note: str) -> str | No
             return (f"{folder / absent[0]} is not there and no download gives it "
                     f"({entry.title}: {where}; {note})")
     else:
-        needed = [p for d in entry.downloads for p in d.provides if p not in d.optional]
-        missing = [p for p in (*needed, *entry.manual) if not (folder / p).exists()]
+        missing = [p for p in entry.needed if not (folder / p).exists()]
         if missing and len(missing) == len(entry.files) and not entry.downloads:
             return (f"{folder} holds none of {entry.title} and it cannot be downloaded "
                     f"({entry.how_to_get}; {note})")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from experiments.harness.command_line import load_yaml
 from experiments.harness.grid_model import DATASET_ARG, Cell, Experiment, Grid
 
 SMOKE, PAPER = "smoke", "paper"
@@ -143,7 +144,7 @@ def merged_settings(experiment: Experiment, config: str, cell: Cell) -> dict:
     merged: dict = {}
     for path in files:
         if path.exists():
-            _merge(merged, yaml.safe_load(path.read_text()) or {})
+            _merge(merged, load_yaml(path))
     for arg in cell.args:
         key, eq, value = arg.removeprefix("--").partition("=")
         if eq and key != "config":
