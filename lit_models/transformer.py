@@ -254,10 +254,11 @@ class TransformerClassifier(Transformer):
         if stage == "test" and "index" in batch:  # -> predictions-test.jsonl
             log_p = F.log_softmax(logits.detach().float(), -1).cpu()
             self.keep_predictions(
-                {"id": i, "input": text, "gold": gold, "prediction": int(lp.argmax()),
-                 "log_probs": [round(float(v), 6) for v in lp]}
-                for i, text, gold, lp in zip(batch["index"].tolist(), input_texts(self, batch),
-                                             batch["label"].tolist(), log_p))
+                {"id": i, "input": text, "tokens": n, "gold": gold,
+                 "prediction": int(lp.argmax()), "log_probs": [round(float(v), 6) for v in lp]}
+                for i, text, n, gold, lp in zip(batch["index"].tolist(), input_texts(self, batch),
+                                                batch["mask"].sum(1).tolist(),
+                                                batch["label"].tolist(), log_p))
         return loss
 
     def training_step(self, batch, batch_idx):

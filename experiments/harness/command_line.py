@@ -25,6 +25,8 @@ RUNNER_COMMANDS = {
     "cell": "run one cell and seed of a grid (what a W&B sweep agent calls)",
     "sweep": "write the W&B sweep YAML of a grid (to runs/<experiment>/sweeps/)",
     "report": "print a grid's table from the CSV logs: the paper's numbers beside ours",
+    "keep": "copy a grid's finished runs into a folder to commit (the input text left out, "
+            "its token count kept)",
 }
 COMMANDS = {**CLI_COMMANDS, **RUNNER_COMMANDS}
 #: the options of a run beside the model's, the data's and the trainer's: --run.<name>

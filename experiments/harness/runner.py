@@ -8,6 +8,7 @@
     <name>.py sweep <grid> [--config NAME] [--seeds N] [--threads N] [--output PATH]
                       [-- overrides]
     <name>.py report [<grid>] [--config NAME] [--curve] [--slices [NAME ...]] [--plot [--out DIR]]
+    <name>.py keep <grid> --to DIR [--config NAME] [--cells ...] [--tokens-from-data] [--force]
 
 (``<name>.py`` is ``python experiments/<name>.py``; configs are paper.yaml, smoke.yaml, ...;
 ``<name>.py --help`` lists the commands, the grids and the configs.)
@@ -22,7 +23,10 @@ CSV logs, so it works without W&B; ``--curve`` adds the validation learning curv
 ``--plot`` writes them, paper vs ours and the claims as PNGs (experiments/harness/plots.py) into
 ``runs/<experiment>/<grid>-<config>/plots/`` or ``--out DIR``.  ``--slices [NAME ...]`` tests each
 claim again within slices of the test set that the script declares (all of them without a
-name; experiments/harness/slice_report.py), and with ``--plot`` draws them.  ``python -m
+name; experiments/harness/slice_report.py), and with ``--plot`` draws them.  ``keep``
+copies the finished runs into a folder to commit (experiments/harness/keep.py: the files
+``report`` reads, without the input text, with the number of tokens the model read).
+``python -m
 experiments.claims`` gathers every grid's claims into results/CLAIMS.md.
 
 After ``fit``, ``--run.test_after_fit true`` tests the final weights, or with
@@ -58,6 +62,7 @@ from experiments.harness.command_line import (
     listing,
 )
 from experiments.harness.grid_model import Experiment, runs_root, shown_path
+from experiments.harness.keep import keep_runs
 from experiments.harness.launch import run_grid, run_one_cell, write_sweep
 from experiments.harness.preflight import (
     attention_flags,
@@ -80,7 +85,7 @@ def main(experiment: Experiment, argv: list[str] | None = None) -> None:
     command = args[0]
     if command in RUNNER_COMMANDS:
         {"grid": grid_and_summary, "cell": run_one_cell, "sweep": write_sweep,
-         "report": print_report}[command](experiment, args[1:])
+         "report": print_report, "keep": keep_runs}[command](experiment, args[1:])
         return
     if command == "predict":
         raise SystemExit(predict_message(experiment))

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["Slicing", "by_label", "by_value", "value_bins", "bin_label", "gold_label",
-           "input_length", "SENTIMENT_SLICES", "CLASSIFICATION_SLICES", "NLI_SLICES",
-           "RANKING_SLICES", "TRANSLATION_SLICES"]
+           "input_length", "model_tokens", "SENTIMENT_SLICES", "CLASSIFICATION_SLICES",
+           "NLI_SLICES", "RANKING_SLICES", "TRANSLATION_SLICES"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,14 @@ def input_length(fields: tuple[str, ...], title: str) -> Slicing:
                     bins=4, fields=fields, unit_name="tokens")
 
 
+def model_tokens(title: str) -> Slicing:
+    """By the quartile of the number of tokens the model read: the row's ``tokens`` (the
+    classifiers write it beside the input text, the decoded words, whose count differs;
+    ``keep`` keeps it when it leaves the text out)."""
+    return by_value("length", title, lambda rows: int(rows[0]["tokens"]), bins=4,
+                    fields=("tokens",), unit_name="tokens")
+
+
 def _correct_answers(rows: list[dict]) -> str:
     return "one correct" if sum(int(r["gold"]) == 1 for r in rows) == 1 else "several correct"
 
@@ -126,13 +134,13 @@ def _correct_answers(rows: list[dict]) -> str:
 #: sentiment classification (CoDA Table 5; the predictions' ``input``: BPE tokens)
 SENTIMENT_SLICES = {s.name: s for s in (
     gold_label(("negative", "positive")),
-    input_length(("input",), "input length, quartiles of BPE tokens"))}
+    model_tokens("input length, quartiles of the BPE tokens the model read"))}
 
 #: classification on several datasets (DW Table 5: SST, IMDB, SVA): the label ids as written
 CLASSIFICATION_SLICES = {s.name: s for s in (
     gold_label(title="gold label id (SST, IMDB: 0 negative, 1 positive; SVA: 0 singular, "
                      "1 plural)"),
-    input_length(("input",), "input length, quartiles of tokens"))}
+    model_tokens("input length, quartiles of the tokens the model read"))}
 
 #: NLI (premise and hypothesis: the model's words); the label ids are the dataset's order
 NLI_SLICES = {s.name: s for s in (

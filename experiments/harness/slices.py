@@ -92,8 +92,11 @@ def unit_values(slicing: Slicing, run: _Run) -> dict[int, object] | str:
     file and the unit."""
     missing = [f for f in (*slicing.fields, slicing.unit) if any(f not in r for r in run.rows)]
     if missing:
+        hint = ("; `keep --tokens-from-data` gives a run its counts from its test set"
+                if "tokens" in missing else "")
         return (f"{run.path.parent.name}/{run.path.name} has no "
-                f"{', '.join(map(repr, missing))} field (written, or committed, without it)")
+                f"{', '.join(map(repr, missing))} field (written, or committed, without "
+                f"it{hint})")
     grouped: dict[int, list[dict]] = {}
     for r in run.rows:
         grouped.setdefault(int(r[slicing.unit]), []).append(r)

@@ -6,6 +6,7 @@ Table 6 on the synthetic One Billion Word fixture; the paper configs parse."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -70,8 +71,9 @@ def test_coda_sentiment_grid_on_both_datasets(env, tmp_path):
     # every test example's prediction: the logged accuracy recomputed from the file
     rows = read_jsonl(run_dir / "predictions-test.jsonl")
     assert [r["id"] for r in rows] == list(range(12))  # the fixture's 6 + 6 reviews
-    assert set(rows[0]) == {"id", "input", "gold", "prediction", "log_probs"}
+    assert set(rows[0]) == {"id", "input", "tokens", "gold", "prediction", "log_probs"}
     assert all(r["prediction"] == max(range(2), key=r["log_probs"].__getitem__) for r in rows)
+    assert all(0 < r["tokens"] <= 64 for r in rows)  # the smoke config's max_len
     # the input: the review's words (BPE decoded), the first ones as in one of the 12 files
     reviews = [" ".join(f.read_text(encoding="utf-8").lower().split())
                for f in (ROOT / "tests" / "fixtures" / "aclImdb" / "test").rglob("*.txt")]
@@ -80,6 +82,26 @@ def test_coda_sentiment_grid_on_both_datasets(env, tmp_path):
                for r in rows), [r["input"][:60] for r in rows]
     assert sum(r["prediction"] == r["gold"] for r in rows) / len(rows) == \
         pytest.approx(values["test/acc"])
+    # keep: the run to commit without the text; a run committed without text or counts gets
+    # the same counts from its own test set (its DataModule, from its config.yaml)
+    kept = tmp_path / "kept"
+    run(SCRIPTS / "coda_sentiment.py", ["keep", "table5", "--smoke", "--cells", "imdb-coda",
+                                        "--to", str(kept)], env)
+    kept_file = kept / "coda_sentiment" / "table5-smoke" / "imdb-coda-seed0" / \
+        "predictions-test.jsonl"
+    without_text = [{k: v for k, v in r.items() if k != "input"} for r in rows]
+    assert read_jsonl(kept_file) == without_text
+    out = run(SCRIPTS / "coda_sentiment.py", ["keep", "table5", "--smoke", "--cells", "imdb-coda",
+                                              "--to", str(tmp_path / "checked"),
+                                              "--tokens-from-data"], env)
+    assert "12 test examples counted" in out  # and each agrees with the model's count
+    kept_file.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "tokens"})
+                                 + "\n" for r in without_text))
+    out = run(SCRIPTS / "coda_sentiment.py", ["keep", "table5", "--smoke", "--cells", "imdb-coda",
+                                              "--to", str(kept), "--tokens-from-data"],
+              {**env, "ATTNREPRO_RUNS": str(kept)})
+    assert "12 test examples counted" in out
+    assert read_jsonl(kept_file) == without_text
 
 
 def test_dwin_classification_fit_on_the_linzen_files(env, tmp_path):

@@ -35,7 +35,7 @@ UNKNOWN_CODS = (f"coda_nli.py fit: --model.attention cods: unknown attention 'co
                 f"(did you mean 'coda'?); registered: {NAMES}")
 NEEDS_DATASET = ("coda_nli.py fit needs a dataset: add --config "
                  f"{CONFIGS}/smoke/{{snli,mnli,scitail,dnli}}.yaml")
-COMMANDS = ("fit", "validate", "test", "grid", "cell", "sweep", "report")
+COMMANDS = ("fit", "validate", "test", "grid", "cell", "sweep", "report", "keep")
 
 
 def error(experiment: Experiment, argv: list[str]) -> str:
@@ -147,8 +147,8 @@ def test_unknown_command_grid_and_config(runs, capsys):
     grids = "coda_nli has no grid 'table99'; grids: table3, table8, table9"
     configs = ("coda_nli has no config 'papr'; configs: paper, smoke "
                f"({CONFIGS}/<config>.yaml)")
-    for command in ("grid", "cell", "sweep", "report"):
-        cell = ["--cell", "snli-coda"] if command == "cell" else []
+    for command in ("grid", "cell", "sweep", "report", "keep"):
+        cell = {"cell": ["--cell", "snli-coda"], "keep": ["--to", str(runs)]}.get(command, [])
         assert error(NLI, [command, "table99", *cell]) == grids
         assert error(NLI, [command, "table3", "--config", "papr", *cell]) == configs
     assert not runs.exists()  # nothing launched, no empty run folder

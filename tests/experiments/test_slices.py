@@ -155,7 +155,7 @@ def test_input_length_quartiles_and_gold_label(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path))
     group = tmp_path / "coda_sentiment" / "table5-smoke"
     for cell, right in (("sst-transformer", [1, 1, 0, 0, 1, 1, 0, 0]), ("sst-coda", [1] * 8)):
-        rows = [{"id": i, "input": " ".join(["w"] * (i + 1)), "gold": i % 2,
+        rows = [{"id": i, "input": "its words", "tokens": i + 1, "gold": i % 2,
                  "prediction": i % 2 if ok else 1 - i % 2, "log_probs": [-1.0, -0.5]}
                 for i, ok in enumerate(right)]
         write_run(group / f"{cell}-seed0", rows, {"test/acc": 0.5})
@@ -184,8 +184,9 @@ def test_a_file_without_the_slices_field_says_so(tmp_path, monkeypatch):
     (r,) = [r for r in slice_results(experiment, experiment.grid("table5"), "smoke",
                                      experiment.slicings(["length"]))
             if r.baseline == "sst-transformer"]
-    assert r.why == ("sst-transformer-seed0/predictions-test.jsonl has no 'input' field "
-                     "(written, or committed, without it)")
+    assert r.why == ("sst-transformer-seed0/predictions-test.jsonl has no 'tokens' field "
+                     "(written, or committed, without it; `keep --tokens-from-data` gives a "
+                     "run its counts from its test set)")
     assert format_sliced([r])[-1].startswith("| length | not computed: ")
 
 
