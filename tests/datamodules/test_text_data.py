@@ -4,6 +4,7 @@ cache, and the DataModules end to end."""
 
 from __future__ import annotations
 
+import os
 import re
 import tarfile
 import zipfile
@@ -26,6 +27,8 @@ from datamodules.sst import (
 from datamodules.sva import SVADataModule, read_linzen
 from datamodules.text import SPECIALS, build_tokenizer, spacy_tokenize, split_tokens
 from tests.conftest import shared_path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FIRST_TRAIN_TREE = (
     "The Rock is destined to be the 21st Century 's new `` Conan '' and that he 's going to "
@@ -373,6 +376,55 @@ def test_bpe_trained_cached_and_reloaded_gives_same_ids(tmp_path):
     assert not other.from_cache and other.cache_path != first.cache_path
     changed = build_tokenizer("bpe", SENTENCES[:-1], bpe_vocab_size=80, name="t")
     assert not changed.from_cache  # other training words, other key
+
+
+def test_bpe_ids_do_not_depend_on_the_process(tmp_path):
+    """HF's trainer numbers the word-final symbols (``e</w>``) in a per-process hash order;
+    canonical_ids numbers the specials, the sorted symbols, then the merges' results in
+    merge order: a trained vocabulary with its ids shuffled comes back to the same ids and
+    segments every word into the same pieces, and the symbols' ids agree between two
+    processes (they did not before: the first symbol ids of two trainings differed)."""
+    import json
+    import random
+    import subprocess
+    import sys
+
+    from tokenizers import Tokenizer
+
+    from datamodules.text import canonical_ids
+
+    first = build_tokenizer("bpe", SENTENCES, bpe_vocab_size=80, name="t").tokenizer
+    data = json.loads(first.to_str())
+    tokens = sorted(data["model"]["vocab"], key=data["model"]["vocab"].get)
+    shuffled = tokens[4:]
+    random.Random(0).shuffle(shuffled)
+    data["model"]["vocab"] = {t: i for i, t in enumerate([*tokens[:4], *shuffled])}
+    renumbered = Tokenizer.from_str(json.dumps(data))
+    assert renumbered.get_vocab() != first.get_vocab()
+    assert canonical_ids(renumbered).get_vocab() == first.get_vocab()
+    words = [w for s in SENTENCES for w in s] + ["films", "unseen", "zebra"]
+    pieces = [e.tokens for e in renumbered.encode_batch([[w] for w in words],
+                                                        is_pretokenized=True,
+                                                        add_special_tokens=False)]
+    assert pieces == [e.tokens for e in first.encode_batch([[w] for w in words],
+                                                           is_pretokenized=True,
+                                                           add_special_tokens=False)]
+    vocab = first.get_vocab()
+    merged = {a + b for a, b in json.loads(first.to_str())["model"]["merges"]}
+    symbols = sorted(t for t in vocab if t not in merged and t not in SPECIALS)
+    assert [vocab[t] for t in symbols] == list(range(4, 4 + len(symbols)))
+    code = ("import json; from datamodules.text import build_tokenizer; "
+            "from tests.datamodules.test_text_data import SENTENCES; "
+            "t = build_tokenizer('bpe', SENTENCES, bpe_vocab_size=80, name='t').tokenizer; "
+            "m = json.loads(t.to_str())['model']; made = {a + b for a, b in m['merges']}; "
+            "print(json.dumps({k: v for k, v in m['vocab'].items() if k not in made}))")
+    seen = []
+    for k in range(2):
+        env = {**os.environ, "ATTNREPRO_CACHE": str(tmp_path / f"process{k}")}
+        seen.append(json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                              capture_output=True, text=True,
+                                              cwd=ROOT).stdout))
+    assert seen[0] == seen[1] and len(seen[0]) == 4 + len(symbols)
 
 
 def test_word_vocab_min_freq_max_size_cached():
