@@ -330,3 +330,30 @@ def test_readme_number_readers_read_their_files():
              " y | `make results` (about 10, by z) |\n| `c` | x | y | written by `make results` "
              "(absent until its first run) |\n")
     assert make_results_minutes(index) == (18, 23)
+
+
+def test_which_attention_rows_are_the_comparisons_report():
+    """Each row of the README's "Which attention?" table (accuracy, paired difference to
+    softmax with its interval, training steps/s and tensor memory against softmax's,
+    interleaved) is what results/attention_compare.md's report printed."""
+    report = (RESULTS / "attention_compare.md").read_text()
+    section = README.split("### Which attention?", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| `(\S+)` \| ([\d.]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$",
+                      section, flags=re.M)
+    assert len(rows) == 11, "README's Which attention? table: one row per SST cell"
+    for cell, accuracy, diff, speed, memory in rows:
+        name = f"sst-{cell}"
+        cost = re.search(rf"^\| {re.escape(name)} \| [\d.]+ \| [\d.]+ \| "
+                         rf"([\d.]+x \[[\d.]+, [\d.]+\]) \| [\d.]+ \| ([\d.]+x) \|$",
+                         report, flags=re.M)
+        assert cost, f"no interleaved cost row of {name} in results/attention_compare.md"
+        assert (speed.strip(), memory.strip()) == (cost.group(1).strip(),
+                                                   cost.group(2).strip()), name
+        if cell == "softmax":
+            assert re.search(rf"\| sst-softmax \| - \| {accuracy} \(n=\d\) \|", report)
+            continue
+        claim = re.search(rf"^\| {re.escape(name)} vs sst-softmax \| Acc \| - \| "
+                          rf"[\d.]+ -> {accuracy} \| ([^|]+) \|", report, flags=re.M)
+        assert claim, f"README's {name} accuracy {accuracy} is not the report's"
+        assert diff.strip() == claim.group(1).strip(), name
+
