@@ -18,16 +18,25 @@ from experiments.harness.markdown import CLAIMS_HEADER, table_cells
 from experiments.harness.preflight import check_folder, root_note
 from experiments.harness.runs import (
     COST_COLUMNS,
+    DISPLAY_KEYS,
+    PER_SEED_KEYS,
     MixedRunsError,
     collect,
     configs_with_runs,
     cost_values,
     curve_metric,
     learning_curves,
+    read_run,
 )
 from experiments.harness.scale import scale_line
 from experiments.harness.significance import mean_std
-from experiments.harness.verdicts import CLAIM_SAMPLES, ONE_SEED_NOTE, claim_labels, claim_results
+from experiments.harness.verdicts import (
+    CLAIM_SAMPLES,
+    ONE_SEED_NOTE,
+    claim_labels,
+    claim_results,
+    folder_results,
+)
 
 
 def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
@@ -210,6 +219,11 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
     p.add_argument("--slices", nargs="*", default=None, metavar="NAME",
                    help="also test each claim within slices of the test set (the "
                         "experiment's declared slices; all of them when no name is given)")
+    p.add_argument("--against", default=None, metavar="DIR", type=Path,
+                   help="another runs root (as $ATTNREPRO_RUNS) holding the same grid and "
+                        "config made otherwise (a precision, a machine): each cell's runs "
+                        "there against its runs here, seed k with seed k, paired over the "
+                        "test examples")
     p.add_argument("--compare", default=None, metavar="FILE",
                    help="a committed printout of the same report: say after it whether every "
                         "number equals it (the load-dependent cost columns aside) and, if "
@@ -243,6 +257,8 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
             parts.append(format_report(experiment, g, config))
         except MixedRunsError as err:
             raise SystemExit(f"{experiment.name}.py report {g.name}: {err}") from None
+        if args.against is not None:
+            parts.append(format_against(experiment, g, config, args.against))
         if args.curve:
             parts.append(format_curves(experiment, g, config))
         if args.slices is not None:
@@ -257,6 +273,50 @@ def print_report(experiment: Experiment, argv: list[str]) -> None:
         parts.append(compare_printouts("\n\n".join(parts), committed, args.compare,
                                        args.compare_machine))
     print("\n\n".join(parts))
+
+
+def format_against(experiment: Experiment, grid: Grid, config: str, other: Path) -> str:
+    """``report --against DIR``: each cell of the grid against itself in the runs root
+    ``other`` (experiments/harness/verdicts.py ``folder_results``), with the settings the
+    two folders' runs differ in."""
+    here = experiment.grid_folder(grid, config)
+    there = other / experiment.name / here.name
+    if not there.is_dir():
+        return (f"Against {shown_path(there)}: no such folder (--against names a runs root, "
+                f"as $ATTNREPRO_RUNS: the grid's runs are in "
+                f"<root>/{experiment.name}/{here.name})")
+    results = folder_results(experiment, grid, config, other)
+    pair = next(((a, b) for a in sorted(here.iterdir()) if (b := there / a.name).is_dir()
+                 and read_run(a).config is not None and read_run(b).config is not None),
+                None)
+    if pair is None:
+        differ = "no run of the same name in both folders to compare settings with"
+    else:
+        a, b = (read_run(d).config for d in pair)
+        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)
+                      and k not in PER_SEED_KEYS and k not in DISPLAY_KEYS)
+        differ = ("the settings the runs differ in (" + pair[0].name + "'s config.yaml): "
+                  + ("; ".join(f"{k}: {a.get(k)!r} here, {b.get(k)!r} there" for k in keys)
+                     if keys else "none"))
+    lines = [f"### {grid.title}: against {shown_path(there)}",
+             f"Each cell against itself in the other runs folder, seed k with seed k (the "
+             f"same initialisation and data order), paired over the test examples by id; the "
+             f"other folder's runs minus these, 95% percentile interval of {CLAIM_SAMPLES:,} "
+             f"paired bootstrap replicates, p as the claims' (experiments/harness/"
+             f"significance.py); {differ}.", "",
+             "| cell | metric | here | there | there - here [95% CI] | p | seeds x units |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r.comparison is None:
+            lines.append(f"| {r.cell} | {r.label} | {r.why} | | | | |")
+            continue
+        row = r.comparison.row()
+        lines.append(f"| {r.cell} | {r.label} | {row['baseline']} | {row['proposal']} | "
+                     f"{row['diff']} | {row['p']} | {r.comparison.seeds} x "
+                     f"{r.comparison.units:,} |")
+    if not results:
+        lines.append("| no cell has runs in either folder | | | | | | |")
+    return "\n".join(lines)
 
 
 def format_cost_file(grid: Grid) -> str:

@@ -8,6 +8,7 @@
     <name>.py sweep <grid> [--config NAME] [--seeds N] [--threads N] [--output PATH]
                       [-- overrides]
     <name>.py report [<grid>] [--config NAME] [--curve] [--slices [NAME ...]] [--plot [--out DIR]]
+                     [--against DIR]
     <name>.py keep <grid> --to DIR [--config NAME] [--cells ...] [--tokens-from-data] [--force]
 
 (``<name>.py`` is ``python experiments/<name>.py``; configs are paper.yaml, smoke.yaml, ...;
@@ -23,7 +24,9 @@ CSV logs, so it works without W&B; ``--curve`` adds the validation learning curv
 ``--plot`` writes them, paper vs ours and the claims as PNGs (experiments/harness/plots.py) into
 ``runs/<experiment>/<grid>-<config>/plots/`` or ``--out DIR``.  ``--slices [NAME ...]`` tests each
 claim again within slices of the test set that the script declares (all of them without a
-name; experiments/harness/slice_report.py), and with ``--plot`` draws them.  ``keep``
+name; experiments/harness/slice_report.py), and with ``--plot`` draws them.  ``--against
+DIR`` tests each cell against itself in another runs root (the same grid made in another
+precision or on another machine), seed k with seed k.  ``keep``
 copies the finished runs into a folder to commit (experiments/harness/keep.py: the files
 ``report`` reads, without the input text, with the number of tokens the model read).
 ``python -m

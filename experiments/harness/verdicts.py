@@ -148,6 +148,61 @@ def _paired_units(root: Path, baseline: Cell, proposal: Cell, key: str):
     pairs = seed_pairs(root, baseline, proposal)
     if not pairs:
         return "not run (no seed of both cells)"
+    return _units_of_pairs(pairs, key)
+
+
+@dataclass(frozen=True)
+class FolderResult:
+    """One cell's runs in two runs folders (the same grid and config, e.g. float32 and
+    bf16-mixed), seed k with seed k, compared on one metric: ``comparison`` is the other
+    folder's runs minus these (None when there is none, ``why`` says why)."""
+
+    cell: str
+    label: str
+    comparison: sig.Comparison | None = None
+    why: str = ""
+
+
+def folder_results(experiment: Experiment, grid: Grid, config: str,
+                   other: Path) -> list[FolderResult]:
+    """Each cell of ``grid`` compared with itself in another runs folder: the runs under
+    ``$ATTNREPRO_RUNS`` (this folder) against those under ``other`` (a runs root, as
+    ``$ATTNREPRO_RUNS``), on the grid's first test metric with per-example units, over the
+    seeds both folders ran (seed k with seed k: the same initialisation and data order) and
+    the test examples, paired by id: what changes with what differs between the folders
+    (a precision, a machine), with the claims' own test."""
+    here = experiment.grid_folder(grid, config)
+    there = Path(other) / experiment.name / here.name
+    labels = claim_labels(grid)
+    if not labels:
+        return []
+    label, key = next(iter(labels.items()))
+    out = []
+    for cell in grid.cells:
+        runs = [{seed_of(d, cell): d for d in cell_runs(root, cell) if read_run(d).has_metrics}
+                for root in (here, there)]
+        if not runs[0] and not runs[1]:
+            continue
+        common = sorted(set(runs[0]) & set(runs[1]))
+        if not common:
+            out.append(FolderResult(cell.name, label, why="no seed in both folders (this "
+                                    f"one: {sorted(runs[0]) or 'none'}, the other: "
+                                    f"{sorted(runs[1]) or 'none'})"))
+            continue
+        found = _units_of_pairs([(s, runs[0][s], runs[1][s]) for s in common], key)
+        if isinstance(found, str):
+            out.append(FolderResult(cell.name, label, why=found))
+            continue
+        kind, b_stats, p_stats, _ = found
+        out.append(FolderResult(cell.name, label, sig.compare(
+            kind, b_stats, p_stats, samples=CLAIM_SAMPLES, seed=CLAIM_SEED,
+            test=claim_test(key))))
+    return out
+
+
+def _units_of_pairs(pairs: list[tuple[int, Path, Path]], key: str):
+    """(kind, first runs' stats per seed, second runs' stats per seed, units) of the runs
+    ``pairs`` (seed, first run folder, second run folder), or why there is no paired test."""
     kind, b_stats, p_stats = None, [], []
     for seed, b_dir, p_dir in pairs:
         try:
