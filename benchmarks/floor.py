@@ -1,6 +1,6 @@
 """CoDA's multi-head attention against its own floor, and against SDPA, in one process.
 
-    python -m benchmarks.floor --length 512 --rounds 10 --threads 1 --out results/coda_floor/run.jsonl
+    python -m benchmarks.floor --length 512 --rounds 20 --threads 1 --out results/coda_floor/x.jsonl
     python -m benchmarks.floor --quick          # tiny sizes (a smoke test, numbers meaningless)
 
 The case is benchmarks/attention.py's ``multihead`` one (B=8, H=8, d=64, forward + backward,
