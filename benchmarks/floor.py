@@ -47,18 +47,15 @@ is stated too.  Not a test: nothing is asserted on times.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import statistics
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from benchmarks import paired_ratio, take_turns
+from benchmarks import paired_ratio, provenance, take_turns
 from benchmarks.peak import Probe, matmul_probe, rate
 from fileio import write_atomic
 
@@ -247,31 +244,10 @@ def summarise(times: dict[str, list[float]], parts: dict[str, Probe],
 
 
 def setting(argv: list[str], args: argparse.Namespace) -> dict:
-    """The command, machine (CPU model and flags that matter), threads, load, date, commit."""
-    from benchmarks.attention import machine
-    from lit_models.base import cpu_host
-
-    root = Path(__file__).resolve().parents[1]
-
-    def git(*command: str) -> str:
-        done = subprocess.run(["git", *command], cwd=root, capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short=7", "HEAD") or "not recorded"
-    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"):
-        commit += " with uncommitted changes"
-    info = machine()
-    return {"command": " ".join(["python", "-m", "benchmarks.floor", *argv]),
-            "machine": f"{info['cpu']} ({info['cores']} cores), torch {info['torch']} with "
-                       f"{torch.backends.cpu.get_cpu_capability()} kernels",
-            "cpu_features": {key.removeprefix("machine/cpu_has_"): value
-                             for key, value in cpu_host().items() if "_has_" in key},
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "coda_l1_vector_bytes": _vector_bytes(),
-            "threads": torch.get_num_threads(), "rounds": args.rounds,
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": commit}
+    """The command, machine (CPU model and flags that matter), threads, load, date, commit,
+    the C++ L1 kernel's vector width and the rounds."""
+    return {**provenance("benchmarks.floor", argv), "coda_l1_vector_bytes": _vector_bytes(),
+            "rounds": args.rounds}
 
 
 def _vector_bytes() -> int | None:

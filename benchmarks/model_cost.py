@@ -83,13 +83,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import datetime
 import importlib
 import itertools
 import json
-import os
-import shlex
-import subprocess
 import sys
 import time
 import warnings
@@ -100,7 +96,7 @@ import torch
 import torch.nn.functional as F
 
 from attention.registry import supporting
-from benchmarks import choose, paired_ratio, peak_alloc_mb, take_turns
+from benchmarks import choose, paired_ratio, peak_alloc_mb, provenance, take_turns
 from datamodules.sst import SSTDataModule
 from fileio import write_atomic
 from lit_models.compare_rows import LINKS as CLASSIFIER_LINKS
@@ -457,36 +453,10 @@ def mfu_rows(rows: list[dict], keys: list[str], times: dict[str, list[float]],
 def setting(args: argparse.Namespace, argv: list[str], steps: int) -> dict:
     """What a measurement was made with: the command, config, data, timed steps, machine,
     threads, load, date and commit (the ``setting`` of each ``--out`` row)."""
-    from benchmarks.attention import machine
-
-    info = machine()
-    root = Path(__file__).resolve().parents[1]
-
-    def git(*command: str) -> str:
-        done = subprocess.run(["git", *command], cwd=root, capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short=7", "HEAD") or "not recorded"
-    # the code's changes, not the results files a rerun writes (the SST file, written
-    # first, made the IMDb row of the same command say "uncommitted")
-    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"):
-        commit += " with uncommitted changes"
-    from lit_models.base import cpu_host
-
-    return {"command": shlex.join(["python", "-m", "benchmarks.model_cost", *argv]),
-            "model": args.model, "config": args.config if args.model in CONFIGURED else None,
+    return {**provenance("benchmarks.model_cost", argv), "model": args.model,
+            "config": args.config if args.model in CONFIGURED else None,
             "data": args.data if args.model == "compare" else None, "steps": steps,
-            "machine": f"{info['cpu']} ({info['cores']} cores), torch {info['torch']} with "
-                       f"{torch.backends.cpu.get_cpu_capability()} kernels",
-            # the instruction sets that decide what bfloat16 costs (AMX tiles, AVX-512 BF16)
-            "cpu_features": {key.removeprefix("machine/cpu_has_"): value
-                             for key, value in cpu_host().items() if "_has_" in key},
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "precisions": args.precision.split(","),
-            "threads": torch.get_num_threads(),
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": commit}
+            "precisions": args.precision.split(",")}
 
 
 #: the models whose --config names a config of their experiment, and its default
