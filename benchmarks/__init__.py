@@ -77,3 +77,45 @@ def peak_alloc_mb(fn: Callable[[], None]) -> float | None:
             return None
     totals = [sum(s) for s in sizes]
     return (max(totals) - totals[0]) / 2**20 if totals else None
+
+
+def provenance(module: str, argv: list[str]) -> dict:
+    """Where and how a measurement was made, for the rows a benchmark writes: the command
+    (``python -m <module> <argv>``), the machine (CPU model, cores, torch and its CPU
+    capability), the CPU's features that decide what bfloat16 costs (AVX-512 BF16, AMX),
+    torch's threads, the load average, the date and the commit (``with uncommitted changes``
+    when the code differs from it; results files a rerun writes do not count)."""
+    import datetime
+    import os
+    import shlex
+    import subprocess
+    from pathlib import Path
+
+    import torch
+
+    from benchmarks.attention import machine
+    from lit_models.base import cpu_host
+
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*command: str) -> str:
+        done = subprocess.run(["git", *command], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short=7", "HEAD") or "not recorded"
+    # the code's changes, not the results files a rerun writes (the SST file, written
+    # first, made the IMDb row of the same command say "uncommitted")
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"):
+        commit += " with uncommitted changes"
+    info = machine()
+    return {"command": shlex.join(["python", "-m", module, *argv]),
+            "machine": f"{info['cpu']} ({info['cores']} cores), torch {info['torch']} with "
+                       f"{torch.backends.cpu.get_cpu_capability()} kernels",
+            # the instruction sets that decide what bfloat16 costs (AMX tiles, AVX-512 BF16)
+            "cpu_features": {key.removeprefix("machine/cpu_has_"): value
+                             for key, value in cpu_host().items() if "_has_" in key},
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads(),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": commit}

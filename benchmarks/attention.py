@@ -33,7 +33,12 @@ values and adds per (i, j) run in SIMD vectors beside q.k's multiply-adds in the
 over the keys, so it costs about one more unit where it is computed (forward, the
 recomputing backward and the gradient pass), not a "2-3x floor" of three passes that no
 matrix product can do (measured: 1.22x SDPA's time at L=512 in results/attention_kernels.md's
-run, 1.69x on the machine of results/attention_interleaved.md).
+run, 1.69x on the machine of results/attention_interleaved.md).  That holds on the AMD EPYC
+(Zen 4), whose adds run on pipes of their own beside its multiply-adds; on an Intel Xeon with
+two 512-bit ports for both, each L1 operation costs what a multiply-add does: CoDA's 7
+product units and 11 L1 units (forward, recomputed, gradients) put its floor at 1.9x SDPA's
+time there, and CoDA measured 1.38x its floor, 2.64x SDPA (`python -m benchmarks.floor`,
+results/coda_floor.md).
 The differentiable window (Eq. 7-11) needs, per head, the scores q k^T, the two boundary
 scorings (q W_l) k^T and (q W_r) k^T and the output M v (4 units forward), AW also its
 local scores (5 units); a backward that recomputes the score matrices instead of storing

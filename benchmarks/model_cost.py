@@ -40,6 +40,23 @@ bfloat16 instruction sets (``cpu_features``: AVX-512 BF16, AMX) and torch's capa
     python -m benchmarks.model_cost --model mlu --mechanisms softmax,coda \
         --precision 32-true,bf16-mixed --threads 1 --out results/bf16_cost/mlu_demo.jsonl
 
+``--mfu``: model FLOPs utilisation.  Each model's FLOPs of a training step on each timed
+batch are counted once before the timing, two ways: ``flop_counter``, torch's
+``FlopCounterMode`` over the forward pass, loss and backward pass (every matrix product:
+linear layers, batched products, SDPA's flash kernel; element-wise work, the optimiser and
+kernels it cannot see, such as CoDA's C++ L1 term, are not counted), and ``analytic``, 6 x
+the parameters x the tokens of every linear layer (forward hooks: each layer's own rows, so
+the encoder's source and the decoder's target tokens; the embeddings' lookups cost nothing)
+plus 12 x Lq x Lk x d_model per attention layer call (q k^T and the weighted sum, forward and
+backward).  Probes of this CPU's matrix-product peak (:mod:`benchmarks.peak`: a 1024^3 float32
+product and a 2048^3 bfloat16 product, which oneDNN runs on AMX tiles where the CPU has
+them) take turns with the models' steps, and each row gets ``model_tflops`` (the counted
+FLOPs of its timed steps over their summed time) and ``mfu`` against the peak of its
+precision (``mfu_vs_float32`` beside it):
+
+    python -m benchmarks.model_cost --model compare --data sst --mechanisms softmax \
+        --precision 32-true,bf16-mixed --mfu --threads 1 --out results/mfu/tiny_sst.jsonl
+
 Why interleaved: the cost grid (``dwin_classification.py grid cost``) runs one Lightning run
 per cell after another, and on a shared machine a slow minute lands on one cell: its three
 seeds of 55 timed steps spread by up to 30% (results/dwin_classification_cost.md).  Here the
@@ -66,13 +83,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import datetime
 import importlib
 import itertools
 import json
-import os
-import shlex
-import subprocess
 import sys
 import time
 import warnings
@@ -83,7 +96,7 @@ import torch
 import torch.nn.functional as F
 
 from attention.registry import supporting
-from benchmarks import choose, paired_ratio, peak_alloc_mb, take_turns
+from benchmarks import choose, paired_ratio, peak_alloc_mb, provenance, take_turns
 from datamodules.sst import SSTDataModule
 from fileio import write_atomic
 from lit_models.compare_rows import LINKS as CLASSIFIER_LINKS
@@ -363,39 +376,87 @@ def step_tensor_mb(trainees: dict[str, Trainee], batches: list[dict]) -> dict[st
             for name, trainee in trainees.items()}
 
 
+def flop_counts(trainees: dict[str, Trainee], batches: list[dict]) -> dict[str, dict]:
+    """Per model (a twin shares its model's counts), the FLOPs of one training step's
+    forward pass, loss and backward pass on each of ``batches``: ``flop_counter``
+    (FlopCounterMode) and ``analytic`` (6 x parameters x tokens of each linear layer and
+    12 x Lq x Lk x d_model per attention call; see ``--mfu``).  The gradients are dropped
+    afterwards: the weights do not change."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attention.base import MultiHeadCore
+
+    counts: dict[str, dict] = {}
+    analytic = [0.0]  # the hooks' sum for the batch being counted
+    for key, trainee in trainees.items():
+        name = key.partition("@")[0]
+        if name in counts:
+            counts[key] = counts[name]
+            continue
+
+        def linear(module, args, _out):
+            rows = args[0].numel() // module.in_features
+            analytic[0] += 6.0 * rows * module.in_features * module.out_features
+
+        def attention(_module, args, _out):
+            q, k = args[0], args[1]  # (B,H,Lq,d), (B,H,Lk,d)
+            b, h, lq, d = q.shape
+            analytic[0] += 12.0 * b * lq * k.shape[-2] * h * d
+
+        hooks = [m.register_forward_hook(linear) for m in trainee.model.modules()
+                 if isinstance(m, torch.nn.Linear)]
+        hooks += [m.register_forward_hook(attention) for m in trainee.model.modules()
+                  if isinstance(m, MultiHeadCore)]
+        counted, estimated = [], []
+        try:
+            for batch in batches:
+                analytic[0] = 0.0
+                with FlopCounterMode(display=False) as counter:
+                    trainee.loss(trainee.model, batch).backward()
+                trainee.opt.zero_grad(set_to_none=True)
+                counted.append(float(counter.get_total_flops()))
+                estimated.append(analytic[0])
+        finally:
+            for hook in hooks:
+                hook.remove()
+        counts[key] = counts[name] = {"flop_counter": counted, "analytic": estimated}
+    return {key: counts[key] for key in trainees}
+
+
+#: the matrix-product peak probes of ``--mfu``, by the dtype a precision's products run in
+PEAK_PROBES = {"float32": dict(dtype=torch.float32, n=1024, repeats=1),
+               "bfloat16": dict(dtype=torch.bfloat16, n=2048, repeats=1)}
+
+
+def mfu_rows(rows: list[dict], keys: list[str], times: dict[str, list[float]],
+             counts: dict[str, dict], probe_times: dict[str, list[float]],
+             probes: dict, per_round: int) -> None:
+    """Add each row's counted FLOPs per step, achieved TFLOP/s and MFU against the measured
+    peak of its precision (bfloat16's for bf16-mixed) and against float32's."""
+    from benchmarks.peak import rate
+
+    peaks = {dtype: rate(probes[dtype].ops, probe_times[dtype]) for dtype in probes}
+    for row, key in zip(rows, keys, strict=True):
+        per_batch = counts[key]
+        steps = times[key]
+        flops = [per_batch["flop_counter"][i % per_round] for i in range(len(steps))]
+        analytic = [per_batch["analytic"][i % per_round] for i in range(len(steps))]
+        achieved = sum(flops) / sum(steps)
+        peak = peaks["bfloat16" if row["precision"] == "bf16-mixed" else "float32"]
+        row.update(flops_per_step=sum(flops) / len(flops),
+                   analytic_flops_per_step=sum(analytic) / len(analytic),
+                   model_tflops=achieved / 1e12, mfu=achieved / peak,
+                   mfu_vs_float32=achieved / peaks["float32"],
+                   peak_tflops={dtype: value / 1e12 for dtype, value in peaks.items()})
+
+
 def setting(args: argparse.Namespace, argv: list[str], steps: int) -> dict:
     """What a measurement was made with: the command, config, data, timed steps, machine,
     threads, load, date and commit (the ``setting`` of each ``--out`` row)."""
-    from benchmarks.attention import machine
-
-    info = machine()
-    root = Path(__file__).resolve().parents[1]
-
-    def git(*command: str) -> str:
-        done = subprocess.run(["git", *command], cwd=root, capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short=7", "HEAD") or "not recorded"
-    # the code's changes, not the results files a rerun writes (the SST file, written
-    # first, made the IMDb row of the same command say "uncommitted")
-    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"):
-        commit += " with uncommitted changes"
-    from lit_models.base import cpu_host
-
-    return {"command": shlex.join(["python", "-m", "benchmarks.model_cost", *argv]),
-            "model": args.model, "config": args.config if args.model in CONFIGURED else None,
+    return {**provenance("benchmarks.model_cost", argv), "model": args.model,
+            "config": args.config if args.model in CONFIGURED else None,
             "data": args.data if args.model == "compare" else None, "steps": steps,
-            "machine": f"{info['cpu']} ({info['cores']} cores), torch {info['torch']} with "
-                       f"{torch.backends.cpu.get_cpu_capability()} kernels",
-            # the instruction sets that decide what bfloat16 costs (AMX tiles, AVX-512 BF16)
-            "cpu_features": {key.removeprefix("machine/cpu_has_"): value
-                             for key, value in cpu_host().items() if "_has_" in key},
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "precisions": args.precision.split(","),
-            "threads": torch.get_num_threads(),
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": commit}
+            "precisions": args.precision.split(",")}
 
 
 #: the models whose --config names a config of their experiment, and its default
@@ -437,6 +498,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None,
                    help="the dataset's folder (default: its config's, else its folder of "
                         "../shared/data)")
+    p.add_argument("--mfu", action="store_true",
+                   help="count each step's FLOPs and time matrix-product peak probes (float32, "
+                        "bfloat16) in the same rounds: model FLOPs utilisation")
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", type=Path, default=None,
                    help="write the --json rows, each with its cell and setting, to this file")
@@ -503,8 +567,19 @@ def main(argv: list[str] | None = None) -> None:
         trainees = sst_trainees(names, vocab_size, args.d_model)
     if precisions != ["32-true"]:
         trainees = twins(trainees, precisions)
-    rows = summarise(measure(trainees, batches, args.rounds, args.warmup), baseline,
-                     precisions=tuple(precisions))
+    timed_batches = batches[args.warmup:]
+    counts = flop_counts(trainees, timed_batches) if args.mfu else {}
+    from benchmarks.peak import matmul_probe
+
+    probes = {f"peak@{dtype}": matmul_probe(**spec) for dtype, spec in PEAK_PROBES.items()
+              } if args.mfu else {}
+    times = measure({**trainees, **probes}, batches, args.rounds, args.warmup)
+    probe_times = {key.partition("@")[2]: times.pop(key) for key in probes}
+    rows = summarise(times, baseline, precisions=tuple(precisions))
+    if args.mfu:
+        mfu_rows(rows, list(trainees), times, counts, probe_times,
+                 {key.partition("@")[2]: probe for key, probe in probes.items()},
+                 len(timed_batches))
     memory = step_tensor_mb(trainees, batches[args.warmup:])
     for r, key in zip(rows, trainees, strict=True):
         r["parameters"] = sum(p.numel() for p in trainees[key].model.parameters())
@@ -557,6 +632,16 @@ def print_table(args: argparse.Namespace, rows: list[dict], timed: list[dict],
         print(f"| {r['mechanism']} | {r['precision']} | {r['parameters'] / 1e6:.2f} | "
               f"{r['steps_per_s']:.2f} | {r['ratio_vs_softmax']:.2f}x | [{r['ratio_low']:.2f}, "
               f"{r['ratio_high']:.2f}] |{twin} {memory} |")
+    if "mfu" in rows[0]:
+        peaks = rows[0]["peak_tflops"]
+        print("\nModel FLOPs utilisation (peaks measured in the same rounds: "
+              + ", ".join(f"{k} {v:.3f} TFLOP/s" for k, v in peaks.items()) + ")\n")
+        print("| mechanism | precision | GFLOP/step (counted) | GFLOP/step (analytic) | "
+              "TFLOP/s | MFU | MFU vs float32 peak |\n|---|---|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r['mechanism']} | {r['precision']} | {r['flops_per_step'] / 1e9:.2f} | "
+                  f"{r['analytic_flops_per_step'] / 1e9:.2f} | {r['model_tflops']:.3f} | "
+                  f"{r['mfu']:.1%} | {r['mfu_vs_float32']:.1%} |")
 
 
 if __name__ == "__main__":

@@ -268,3 +268,49 @@ def test_model_cost_precision_twins_start_equal_and_step_in_their_precision():
     assert rows["coda", "bf16-mixed"]["precision_ratio"] == pytest.approx(4 / 4)
     assert rows["softmax", "bf16-mixed"]["precision_ratio"] == pytest.approx(2 / 1.5)
     assert rows["softmax", "bf16-mixed"]["vs_precision"] == "32-true"
+
+
+def test_floor_benchmark_states_coda_against_its_floor_and_sdpa(tmp_path):
+    """benchmarks.floor on tiny sizes: CoDA, SDPA, CoDA's parts and the peak probes take
+    turns; the floor is positive and split into its three terms, every ratio has its
+    interval, and the written line records the machine (no timing asserted)."""
+    out = tmp_path / "floor.jsonl"
+    env = {**os.environ, "ATTNREPRO_COMPILE": "0"}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.floor", "--quick", "--rounds", "2",
+                           "--warmup", "0", "--out", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (result,) = [json.loads(line) for line in out.read_text().splitlines()]
+    parts = {"l1_fwd", "gate_fwd", "mv_fwd", "l1_bwd", "gate_bwd", "mv_bwd", "l1_grads"}
+    assert {"softmax", "coda", "matmul", "exp_cache"} | parts <= result["rows"].keys()
+    assert result["floor_ms"] > 0 and set(result["floor_parts_ms"]) == {
+        "products", "l1", "element-wise"}
+    for key in ("coda_vs_floor", "coda_vs_softmax", "softmax_vs_its_floor"):
+        r = result[key]
+        assert r["low"] <= r["ratio"] <= r["high"], key
+    assert result["rows"]["softmax"]["vs_softmax"]["ratio"] == 1.0
+    assert result["units"]["products"] == 7 and sum(result["units"]["l1"].values()) == 11
+    setting = result["setting"]
+    assert setting["threads"] == 1 and "cores" in setting["machine"] and setting["commit"]
+
+
+def test_model_cost_mfu_counts_flops_and_measures_peaks(tmp_path):
+    """--mfu on the MLU Transformer (generated problems, no data files): each row has its
+    FLOPs per step counted by FlopCounterMode and analytically (equal for softmax: both count
+    the linear layers and SDPA), peaks of float32 and bfloat16 products from the same
+    rounds, and an MFU against its precision's peak."""
+    out = tmp_path / "mfu.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.model_cost", "--model", "mlu",
+                           "--mechanisms", "softmax", "--precision", "32-true,bf16-mixed",
+                           "--mfu", "--rounds", "1", "--steps", "1", "--warmup", "0",
+                           "--threads", "1", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["precision"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(rows) == {"32-true", "bf16-mixed"}
+    fp32, bf16 = rows["32-true"], rows["bf16-mixed"]
+    assert fp32["flops_per_step"] == bf16["flops_per_step"] > 0
+    assert fp32["analytic_flops_per_step"] == pytest.approx(fp32["flops_per_step"], rel=0.02)
+    assert set(fp32["peak_tflops"]) == {"float32", "bfloat16"}
+    assert fp32["mfu"] == pytest.approx(fp32["model_tflops"] / fp32["peak_tflops"]["float32"])
+    assert bf16["mfu"] == pytest.approx(bf16["model_tflops"] / bf16["peak_tflops"]["bfloat16"])
