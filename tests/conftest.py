@@ -105,7 +105,21 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
         proc.communicate()
         raise
     assert proc.returncode == 0, out[-6000:]
+    hits = recompile_limit_lines(out)
+    assert not hits, ("torch.compile hit its recompile limit (lines "
+                      f"{', '.join(map(str, hits))}): {out[-6000:]}")
     return out
+
+
+#: what dynamo logs when a compiled function has been compiled for too many shapes and
+#: falls back to eager (``torch._dynamo hit config.recompile_limit (8)``)
+RECOMPILE_LIMIT = ("recompile_limit", "cache_size_limit")
+
+
+def recompile_limit_lines(text: str) -> list[int]:
+    """The numbers of the lines of ``text`` that say torch.compile hit its recompile limit."""
+    return [i for i, line in enumerate(text.splitlines(), 1)
+            if any(word in line for word in RECOMPILE_LIMIT)]
 
 
 def run(script: Path, args: list[str], env: dict, timeout: float = 300) -> str:
