@@ -30,6 +30,17 @@ COMPILE = os.environ.get("ATTNREPRO_COMPILE", "1") != "0"
 OPTIONS = {"cpp.dynamic_threads": True}
 
 
+#: the graphs one compiled kernel may keep (dynamo's ``recompile_limit`` while it runs; its
+#: default is 8).  Sizes never make a new graph (dynamic shapes, sizes 1 padded to 2); kinds
+#: of call do, each once: dropout's keep or none, CoDA's means per matrix, per query row or
+#: none, a mask of the key or of every entry or none, tensors of training or of
+#: ``torch.inference_mode`` (dynamo guards on their dispatch keys).  The CoDA MLU smoke fit
+#: with ``gate=centered`` made 9 graphs of ``_forward_block`` (measured: the 9th hit the
+#: default limit, so its test decoding ran the kernel eagerly, with dynamo's warning); the
+#: kinds of every context together stay far below this.
+KINDS_LIMIT = 32
+
+
 class Compiled:
     """``fn`` compiled by ``torch.compile(dynamic=True)`` on first use.  If compiling fails
     (no C++ compiler, an unsupported device) it warns once and runs ``fn`` eagerly."""
@@ -64,10 +75,12 @@ class Compiled:
     def _run(self, *args):
         """The compiled graph without duck sizing: dynamo would otherwise guard on every
         equality of two sizes it happened to see first (a decoder's q and k lengths equal at
-        one step) and compile again when they differ."""
+        one step) and compile again when they differ; and with room for one graph per kind
+        of call (:data:`KINDS_LIMIT`)."""
         from torch.fx.experimental import _config
 
-        with _config.patch(use_duck_shape=False):
+        with _config.patch(use_duck_shape=False), \
+                torch._dynamo.config.patch(recompile_limit=KINDS_LIMIT):
             return self._compiled(*args)
 
 

@@ -395,7 +395,7 @@ from attention import coda
 from lit_models.transformer import TransformerSeq2Seq
 torch.manual_seed(0)
 m = TransformerSeq2Seq(src_vocab_size=30, tgt_vocab_size=30, d_model=32, n_heads=4, d_ff=64,
-                       attention="coda")
+                       attention=coda.coda(gate=GATE))
 g = torch.Generator().manual_seed(1)
 def batch(length):
     src = torch.randint(4, 30, (6, length), generator=g)
@@ -418,23 +418,66 @@ print(len(entries(coda._forward_block.__code__)), len(entries(coda._backward_blo
 
 
 @pytest.mark.slow
-def test_decoding_twenty_lengths_compiles_a_few_graphs():
+@pytest.mark.parametrize("gate, most", [(None, 3), ("centered", 8)])
+def test_decoding_twenty_lengths_compiles_a_few_graphs(gate, most):
     """A CoDA seq2seq trained a step, validated and decoding 20 output lengths from sources
     of 20 lengths, greedy and beam 2, in a fresh process: the forward block compiles one
-    graph per kind of call (training; inference with and without dropout's keep), never one
-    per length, so dynamo's recompile limit (8) is never reached and no kernel falls back
-    to eager (measured before the padding: 8 recompiles and the limit's warning in the CoDA
-    MLU smoke fit, 3 graphs after)."""
+    graph per kind of call (training; inference with and without dropout's keep; with the
+    centred gate also the means per matrix and per query row), never one per length, and no
+    kernel falls back to eager with dynamo's recompile warning (measured before the padding:
+    8 recompiles and the limit's warning in the CoDA MLU smoke fit, 3 graphs after; the
+    centred gate: 6 here, 9 in that fit: test_a_kernel_keeps_one_graph_per_kind_of_call)."""
     if not compiled.COMPILE:
         pytest.skip("ATTNREPRO_COMPILE=0")
     env = {**os.environ, "TORCH_LOGS": "recompiles", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", _DECODE_PROBE], capture_output=True,
+    probe = _DECODE_PROBE.replace("GATE", repr(gate))
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True,
                           text=True, env=env, cwd=Path(__file__).resolve().parents[2],
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     forward, backward, warned = map(int, done.stdout.split()[-3:])
-    assert 1 <= forward <= 3 and backward == 1, (forward, backward, done.stderr[-3000:])
+    assert 1 <= forward <= most and 1 <= backward <= 3, (forward, backward,
+                                                         done.stderr[-3000:])
     assert warned == 0 and "recompile_limit" not in done.stderr, done.stderr[-3000:]
+
+
+_KINDS_PROBE = """
+import logging, torch
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list as entries
+from attention._compiled import TileKernel
+logging.basicConfig(level=logging.WARNING)
+def block(x, a, b, c, d):
+    y = x * 2
+    for t in (a, b, c, d):
+        if t is not None:
+            y = y + t
+    return y
+kernel = TileKernel(block, full=(0,))
+x = torch.randn(3, 4, 5)
+for kind in range(16):  # 16 kinds of call: each of four broadcasting terms given or not
+    terms = [torch.randn(3, 1, 1) if kind >> i & 1 else None for i in range(4)]
+    got = kernel(x, *terms)
+    assert torch.equal(got, block(x, *terms)), kind
+print(len(entries(block.__code__)))
+"""
+
+
+@pytest.mark.slow
+def test_a_kernel_keeps_one_graph_per_kind_of_call():
+    """A compiled tile kernel called in 16 kinds of call (four optional terms) keeps 16
+    graphs and never falls back to eager with dynamo's recompile-limit warning: kinds are
+    finite, sizes never recompile (attention._compiled.KINDS_LIMIT; dynamo's default of 8
+    was hit by the CoDA MLU smoke fit with gate=centered, whose test decoding then ran the
+    kernel eagerly)."""
+    if not compiled.COMPILE:
+        pytest.skip("ATTNREPRO_COMPILE=0")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", _KINDS_PROBE], capture_output=True,
+                          text=True, env=env, cwd=Path(__file__).resolve().parents[2],
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) == 16
+    assert "recompile_limit" not in done.stderr, done.stderr[-3000:]
 
 
 _CACHE_PROBE = """
