@@ -358,6 +358,119 @@ void l1_grads(const T* w, const T* e, const T* q, const T* k, T* gq, T* gk, int6
     }
 }
 
+
+// -- Eq. 1-6 element-wise, float32 (attention/coda.py's _forward_block and _backward_block
+// for the paper's functions: F_E = tanh, F_N = sigmoid, uncentred) ------------------------
+// Over `count` elements of tiles (n, r, lk), all contiguous: the mask (bytes, 0 = masked) and
+// the dropout's uniforms u (kept where u >= p, scaled by 1 / (1 - p)) optional.  One C++ pass
+// instead of a compiled block with its guards and wrappers (about 0.3 ms a call on the
+// short MLU sequences) and the eager dropout factors.  exp: Cephes' single-precision
+// polynomial (about 1 ulp on [-87.3, 88]); tanh and sigmoid from it, within about 1.5e-7
+// absolute of torch's (tests/attention/test_coda_kernels.py).
+using VF = Vec<float>::V;
+using VI = Vec<float>::I;
+using VM = Vec<float>::M;
+constexpr int WF = VBYTES / 4;
+
+__attribute__((always_inline)) inline VF vexp(VF x) {
+  x = x > splat<float>(88.0f) ? splat<float>(88.0f) : x;
+  x = x < splat<float>(-87.3f) ? splat<float>(-87.3f) : x;
+  const VF magic = splat<float>(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const VF n = (x * 1.44269504088896341f + magic) - magic;
+  VF r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  VF p = splat<float>(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const VF y = p * (r * r) + r + 1.0f;
+  const VI e = (__builtin_convertvector(n, VI) + 127) << 23;  // 2^n
+  return y * (VF)e;
+}
+
+__attribute__((always_inline)) inline VF vtanh(VF x) {
+  const VI sign = VI{} + INT32_MIN;
+  const VF t = vexp((VF)((VI)x | sign) * 2.0f);  // exp(-2|x|), in (0, 1]
+  const VF y = (1.0f - t) / (1.0f + t);
+  return (VF)((VI)y | ((VI)x & sign));
+}
+
+__attribute__((always_inline)) inline VF vsigmoid(VF x) { return 1.0f / (1.0f + vexp(-x)); }
+
+struct Eq {
+  const float *qk, *dist, *u, *d_md, *d_w;
+  const uint8_t* mask;
+  float *m, *md, *de, *dn;
+  float es, ns, gs, p, ps;
+};
+
+// WF elements at offset i of every array of a (pointers as given or WF-long buffers)
+template <bool BACKWARD>
+__attribute__((always_inline)) inline void eq_vector(const Eq& a, int64_t i) {
+  const VF te = vtanh(load<VF>(a.qk + i) * a.es);
+  const VF gn = vsigmoid(load<VF>(a.dist + i) * a.ns);
+  const VF g = gn * a.gs;
+  VF m = te * g;
+  VI valid = VI{} - 1;
+  if (a.mask) valid = __builtin_convertvector(load<VM>(a.mask + i), VI) != 0;
+  m = valid ? m : VF{};
+  const VF keep = a.u ? (load<VF>(a.u + i) >= a.p ? splat<float>(a.ps) : VF{}) : VF{};
+  if constexpr (!BACKWARD) {
+    if (a.m) store(a.m + i, m);
+    store(a.md + i, a.u ? m * keep : m);
+  } else {
+    VF dm = a.d_md ? load<VF>(a.d_md + i) : VF{};
+    if (a.u) dm = dm * keep;
+    if (a.d_w) dm = dm + load<VF>(a.d_w + i);
+    dm = valid ? dm : VF{};
+    store(a.md + i, a.u ? m * keep : m);
+    store(a.de + i, (dm * g * (1.0f - te * te)) * a.es);
+    store(a.dn + i, (dm * te * (gn * (1.0f - gn) * a.gs)) * a.ns);
+  }
+}
+
+// the last count % WF elements through buffers of WF lanes (each lane computed as in eq_vector)
+template <bool BACKWARD>
+void eq_tail(const Eq& a, int64_t i0, int64_t n) {
+  float in[5][WF] = {}, out[4][WF] = {};
+  uint8_t mbuf[WF] = {};
+  const float* src[5] = {a.qk, a.dist, a.u, a.d_md, a.d_w};
+  float* dst[4] = {a.m, a.md, a.de, a.dn};
+  Eq b = a;
+  const float** bsrc[5] = {&b.qk, &b.dist, &b.u, &b.d_md, &b.d_w};
+  float** bdst[4] = {&b.m, &b.md, &b.de, &b.dn};
+  for (int s = 0; s < 5; ++s)
+    if (src[s]) {
+      std::copy(src[s] + i0, src[s] + i0 + n, in[s]);
+      *bsrc[s] = in[s];
+    }
+  if (a.mask) {
+    std::copy(a.mask + i0, a.mask + i0 + n, mbuf);
+    b.mask = mbuf;
+  }
+  for (int s = 0; s < 4; ++s)
+    if (dst[s]) *bdst[s] = out[s];
+  eq_vector<BACKWARD>(b, 0);
+  for (int s = 0; s < 4; ++s)
+    if (dst[s]) std::copy(out[s], out[s] + n, dst[s] + i0);
+}
+
+template <bool BACKWARD>
+void eq_run(const Eq& a, int64_t count, int nthreads) {
+  constexpr int64_t kChunk = 64 * WF;
+  const int64_t chunks = (count + kChunk - 1) / kChunk;
+  parallel(chunks, nthreads, kChunk * 64, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t i0 = c * kChunk, i1 = std::min(count, i0 + kChunk);
+      int64_t i = i0;
+      for (; i + WF <= i1; i += WF) eq_vector<BACKWARD>(a, i);
+      if (i < i1) eq_tail<BACKWARD>(a, i, i1 - i);
+    }
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -401,6 +514,28 @@ void coda_l1_grads_f64(const double* w, const double* e, const double* q, const 
     l1_grads<double, true>(w, e, q, k, gq, gk, n, r, lk, d, nthreads);
   else
     l1_grads<double, false>(w, e, q, k, gq, gk, n, r, lk, d, nthreads);
+}
+
+// Eq. 1-6 forward: M (n,r,lk) written to m unless null, M with dropout to md (m and md may
+// be one array when there is no dropout: u null); es = alpha s, ns = -beta s, gs = 2 for
+// the scaled gate, else 1; p the dropout rate
+void coda_eq_forward_f32(const float* qk, const float* dist, const uint8_t* mask,
+                         const float* u, float* m, float* md, int64_t count, float es,
+                         float ns, float gs, double p, int nthreads) {
+  Eq a{qk, dist, u, nullptr, nullptr, mask, m, md, nullptr, nullptr, es, ns, gs, (float)p,
+       1.0f / (float)(1.0 - p)};
+  eq_run<false>(a, count, nthreads);
+}
+
+// Eq. 1-6 backward: from the gradients of M with dropout (d_md) and of M (d_w), either
+// null, M with dropout (md), dL/d(q.k) (de) and dL/dD (dn)
+void coda_eq_backward_f32(const float* qk, const float* dist, const uint8_t* mask,
+                          const float* u, const float* d_md, const float* d_w, float* md,
+                          float* de, float* dn, int64_t count, float es, float ns, float gs,
+                          double p, int nthreads) {
+  Eq a{qk, dist, u, d_md, d_w, mask, nullptr, md, de, dn, es, ns, gs, (float)p,
+       1.0f / (float)(1.0 - p)};
+  eq_run<true>(a, count, nthreads);
 }
 
 }  // extern "C"
