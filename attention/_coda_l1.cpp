@@ -146,10 +146,130 @@ inline void pack(const T* y, int64_t dy, int64_t j0, int64_t jn, int64_t jt,
     for (int64_t t = 0; t < dy; ++t) buf[t * jt + jj] = rows[jj * dy + t];
 }
 
+// -- short keys (AVX-512, float32): lanes over the keys of consecutive matrices ------------
+// Where lk is short (the MLU's 4-18 tokens), tiles of 16 or 32 keys of one matrix are mostly
+// padding and every row tile goes through row_tiles' buffers.  Here k (n, lk, d) is read as
+// the n*lk keys of all matrices in a row: a tile of 16 lanes holds keys of up to kFlatSegs
+// consecutive matrices (segments), each lane gets q's value of its own matrix by masked
+// broadcasts, and the outputs go out by masked stores, one per segment: no padded lanes
+// (but the last tile's) and no buffers.  The same sums over t in the same order as
+// l1_tile's, so the same results.
+#if VBYTES == 64
+constexpr int kFlatSegs = 4;  // matrices per tile at most (lk >= 5: any 16 keys span <= 4)
+
+struct FlatTile {
+  int nseg;
+  int64_t m[16];        // the segments' matrices
+  __mmask16 mask[16];   // their lanes
+  int64_t shift[16];    // output offset of lane 0 within the segment's row (j0 - lane0)
+};
+
+// RT rows (row0..row0+RT-1) of one tile of keys kt (d, 16): D (with L1) and x.y into the
+// segments' outputs; x (n, r, d), outputs (n, r, lk)
+template <int NS, int RT, bool L1>
+__attribute__((always_inline)) inline void flat_rows(const float* __restrict x, int64_t r,
+                                                    int64_t d, const float* __restrict kt,
+                                                    const FlatTile& ft, int64_t row0,
+                                                    int64_t lk, float* __restrict out,
+                                                    float* __restrict dot) {
+  const int ns = NS ? NS : ft.nseg;
+  const float* xp[16][RT];
+  for (int s = 0; s < ns; ++s)
+    for (int ii = 0; ii < RT; ++ii) xp[s][ii] = x + (ft.m[s] * r + row0 + ii) * d;
+  const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+  __m512 acc[RT], dt[RT];
+#pragma GCC unroll 16
+  for (int ii = 0; ii < RT; ++ii) acc[ii] = dt[ii] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < d; ++t) {
+    const __m512 kv = _mm512_loadu_ps(kt + t * 16);
+#pragma GCC unroll 16
+    for (int ii = 0; ii < RT; ++ii) {
+      __m512 xv = _mm512_set1_ps(xp[0][ii][t]);
+#pragma GCC unroll 16
+      for (int s = 1; s < ns; ++s)
+        xv = _mm512_mask_mov_ps(xv, ft.mask[s], _mm512_set1_ps(xp[s][ii][t]));
+      if constexpr (L1)
+        acc[ii] = _mm512_add_ps(acc[ii], _mm512_castsi512_ps(_mm512_and_si512(
+            _mm512_castps_si512(_mm512_sub_ps(xv, kv)), absmask)));
+      dt[ii] = _mm512_fmadd_ps(xv, kv, dt[ii]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int ii = 0; ii < RT; ++ii)
+    for (int s = 0; s < ns; ++s) {
+      const int64_t at = (ft.m[s] * r + row0 + ii) * lk + ft.shift[s];
+      if constexpr (L1) _mm512_mask_storeu_ps(out + at, ft.mask[s], acc[ii]);
+      _mm512_mask_storeu_ps(dot + at, ft.mask[s], dt[ii]);
+    }
+}
+
+template <int NS, bool L1>
+inline void flat_tile(const float* x, int64_t r, int64_t d, const float* kt, const FlatTile& ft,
+                      int64_t lk, float* out, float* dot) {
+  int64_t i0 = 0;
+  for (; i0 + IT <= r; i0 += IT) flat_rows<NS, IT, L1>(x, r, d, kt, ft, i0, lk, out, dot);
+  for (; i0 < r; ++i0) flat_rows<NS, 1, L1>(x, r, d, kt, ft, i0, lk, out, dot);
+}
+
+// D (with L1) and x.y (n, r, lk) of x (n, r, d), y (n, lk, d) over flat tiles of 16 keys
+template <bool L1>
+void flat_forward(const float* x, const float* y, float* out, float* dot, int64_t n, int64_t r,
+                  int64_t lk, int64_t d, int nthreads) {
+  const int64_t total = n * lk, tiles = (total + 15) / 16;
+  parallel(tiles, nthreads, r * 16 * d, kGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> kbuf(d * 16);
+    FlatTile ft;
+    for (int64_t tile = begin; tile < end; ++tile) {
+      const int64_t g0 = tile * 16, gn = std::min<int64_t>(16, total - g0);
+      pack(y, d, g0, gn, 16, kbuf);  // y as (n*lk, d): keys g0.. of every matrix in a row
+      ft.nseg = 0;
+      for (int64_t g = g0; g < g0 + gn;) {
+        const int64_t m = g / lk, stop = std::min((m + 1) * lk, g0 + gn);
+        const int lane0 = static_cast<int>(g - g0), lanes = static_cast<int>(stop - g);
+        ft.m[ft.nseg] = m;
+        ft.mask[ft.nseg] = static_cast<__mmask16>(((1u << lanes) - 1u) << lane0);
+        ft.shift[ft.nseg] = (g - m * lk) - lane0;
+        ++ft.nseg;
+        g = stop;
+      }
+      const float* kt = kbuf.data();
+      switch (ft.nseg) {
+        case 1: flat_tile<1, L1>(x, r, d, kt, ft, lk, out, dot); break;
+        case 2: flat_tile<2, L1>(x, r, d, kt, ft, lk, out, dot); break;
+        case 3: flat_tile<3, L1>(x, r, d, kt, ft, lk, out, dot); break;
+        case 4: flat_tile<4, L1>(x, r, d, kt, ft, lk, out, dot); break;
+        default: flat_tile<0, L1>(x, r, d, kt, ft, lk, out, dot); break;
+      }
+    }
+  });
+}
+#endif
+
+// whether flat_forward computes this call: short keys, float32, AVX-512 (a tile of one
+// matrix's keys would be at least a fifth padding)
+template <typename T>
+inline bool flat_keys(int64_t lk) {
+#if VBYTES == 64
+  return sizeof(T) == 4 && lk < 64 && lk % 16 != 0;
+#else
+  (void)lk;
+  return false;
+#endif
+}
+
 // D (and q.k with QK, and a.b unless a is null), each (n, r, lk)
 template <typename T, bool QK>
 void l1_forward(const T* q, const T* k, T* out, T* dot, const T* a, const T* b, T* dot2,
                 int64_t n, int64_t r, int64_t lk, int64_t d, int64_t d2, int nthreads) {
+#if VBYTES == 64
+  if constexpr (sizeof(T) == 4 && QK) {
+    if (flat_keys<T>(lk)) {
+      flat_forward<true>(q, k, out, dot, n, r, lk, d, nthreads);
+      if (a) flat_forward<false>(a, b, nullptr, dot2, n, r, lk, d2, nthreads);
+      return;
+    }
+  }
+#endif
   constexpr int W = VBYTES / sizeof(T);
   constexpr int J = QK ? JV_QK : JV;
   constexpr int JT = J * W;  // keys per tile
@@ -333,6 +453,9 @@ void l1_grads(const T* w, const T* e, const T* q, const T* k, T* gq, T* gk, int6
             if (dp - t0 >= TV * W) {
               grad_tile<T, E, TV>(qt, dp, kt, ldk, wt, et, ldw, jn, gqt, gkt);
               t0 += TV * W;
+            } else if (TV > 2 && dp - t0 >= 2 * W) {  // d = 32 in float32: one pass, not two
+              grad_tile<T, E, 2>(qt, dp, kt, ldk, wt, et, ldw, jn, gqt, gkt);
+              t0 += 2 * W;
             } else {
               grad_tile<T, E, 1>(qt, dp, kt, ldk, wt, et, ldw, jn, gqt, gkt);
               t0 += W;

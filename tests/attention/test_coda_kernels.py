@@ -81,6 +81,28 @@ def test_distance_and_dot_are_exact_on_integers(native, dtype, shape):
         assert torch.equal(ab, a @ b.transpose(1, 2))
 
 
+#: keys shorter than 64 and not a multiple of 16: float32 on AVX-512 takes the flat tiles (lanes
+#: over the keys of consecutive matrices, up to 16 matrices a tile at 1 key)
+SHORT_KEYS = [1, 2, 3, 4, 5, 6, 7, 15, 17, 31, 33, 47, 63]
+
+
+@pytest.mark.parametrize("lk", SHORT_KEYS)
+@pytest.mark.parametrize("r", [1, 5, 17])
+def test_products_of_short_keys_are_exact_on_integers(native, r, lk):
+    """q.k, D and a.b at every short key length (tiles spanning 1 to 16 matrices, row tails),
+    exact on integers, for a matrix count that leaves a partial last tile."""
+    g = torch.Generator().manual_seed(r * 100 + lk)
+    n, d = 7, 19
+    q, k = ints(n, r, d, generator=g, dtype=torch.float32), ints(n, lk, d, generator=g,
+                                                                dtype=torch.float32)
+    a, b = ints(n, r, 5, generator=g, dtype=torch.float32), ints(n, lk, 5, generator=g,
+                                                                dtype=torch.float32)
+    dot, dist, ab = ext.products(q, k, a, b)
+    assert torch.equal(dist, naive_l1(q, k)) and torch.equal(dot, q @ k.transpose(1, 2))
+    assert torch.equal(ab, a @ b.transpose(1, 2))
+    assert torch.equal(ext.products(q, k)[1], naive_l1(q, k))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_distance_and_dot_on_random_values(native, dtype, shape):
