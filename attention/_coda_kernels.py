@@ -34,7 +34,10 @@ benchmarks/README.md (and attention._coda_l1_ext for the kernels' own numbers). 
 backward is not differentiable again (no double backward).
 
 The element-wise part of Eq. 1-6 (from q.k and D to M, and its derivative) is the paper's
-and lives in :mod:`attention.coda`; it reaches this module as a :class:`BlockOps`.
+and lives in :mod:`attention.coda`; it reaches this module as a :class:`BlockOps` (compiled
+blocks, and for the paper's functions in float32 the C++ kernels
+:func:`attention._coda_l1_ext.eq_forward` and :func:`~attention._coda_l1_ext.eq_backward`,
+which apply the mask and the dropout from the tile's uniforms themselves).
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@
 //                               optional): gq_i = sum_j w_ij sign(q_i - k_j) + e_ij k_j,
 //                               written, gk_j += sum_i w_ij sign(k_j - q_i) + e_ij q_i,
 //                               accumulated (one call per tile of rows)
+//   coda_eq_{forward,backward}_f32
+//                               Eq. 1-6 element-wise for the paper's functions (tanh(E),
+//                               sigmoid(N), uncentred) and its derivative, with the mask and
+//                               the dropout (from uniforms) applied: attention/coda.py's
+//                               _forward_block and _backward_block in one pass
 //
 // sign(0) = 0, as autograd's abs (ties are common).  Nothing of size r*lk*d is stored: tiles
 // reduce in registers.
@@ -17,7 +22,9 @@
 // is compiled for (the loader picks -mavx512f..., -mavx2 -mfma or the compiler's default from
 // torch's run-time CPU detection: one build per capability, no -march=native), and one
 // AVX-512 intrinsic (a ternary-logic instruction for w sign(x)).
-//   forward: vectorised over keys j; a tile of keys is transposed into a (d, JT) buffer that
+//   forward: (float32 on AVX-512, fewer than 64 keys, not a multiple of 16: flat tiles, lanes
+//            over the keys of consecutive matrices; see flat_forward) otherwise
+//            vectorised over keys j; a tile of keys is transposed into a (d, JT) buffer that
 //            stays in L1 while every row of q passes over it, IT query rows x J vectors of
 //            keys per register tile; |q - k| is 3 vector operations (sub, and, add), q.k one
 //            fused multiply-add beside them, in the pipes the L1 term leaves idle.

@@ -1,4 +1,5 @@
-"""CoDA's L1 kernels in C++ (:file:`attention/_coda_l1.cpp`), built once per machine and loaded
+"""CoDA's L1 kernels in C++ (:file:`attention/_coda_l1.cpp`), and its Eq. 1-6 for the paper's
+functions in float32 (:func:`eq_forward`, :func:`eq_backward`), built once per machine and loaded
 by :class:`attention._native.NativeLibrary` (the build, its cache and flags per CPU capability,
 the fallbacks: see there; cache folder ``attnrepro_coda_l1``).
 

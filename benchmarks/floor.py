@@ -14,7 +14,8 @@ new random order (:func:`benchmarks.take_turns`), one run each of:
   one pass, the forward's), ``gate_fwd`` (Eq. 1-6, the element-wise block as CoDA runs it:
   the C++ kernel where it applies, as here, else the compiled block),
   ``mv_fwd`` (M v), ``l1_bwd`` (the backward's recomputed q.k and D, and dL/d(M v) v^T beside
-  them), ``gate_bwd`` (the derivative block, C++ or compiled likewise), ``mv_bwd`` (dL/dv = M^T dL/d(M v)),
+  them), ``gate_bwd`` (the derivative block, C++ or compiled likewise), ``mv_bwd``
+  (dL/dv = M^T dL/d(M v)),
   ``l1_grads`` (the C++ gradient kernel: dL/dq, dL/dk of the L1 term and of q.k);
 - probes of this CPU's peaks (:mod:`benchmarks.peak`): ``matmul`` (a 1024^3 float32 product,
   MKL), ``l1_cache`` (the C++ L1 kernel, D alone, on one 256 x 256 x 64 matrix pair that stays
