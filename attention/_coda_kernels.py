@@ -34,7 +34,10 @@ benchmarks/README.md (and attention._coda_l1_ext for the kernels' own numbers). 
 backward is not differentiable again (no double backward).
 
 The element-wise part of Eq. 1-6 (from q.k and D to M, and its derivative) is the paper's
-and lives in :mod:`attention.coda`; it reaches this module as a :class:`BlockOps`.
+and lives in :mod:`attention.coda`; it reaches this module as a :class:`BlockOps` (compiled
+blocks, and for the paper's functions in float32 the C++ kernels
+:func:`attention._coda_l1_ext.eq_forward` and :func:`~attention._coda_l1_ext.eq_backward`,
+which apply the mask and the dropout from the tile's uniforms themselves).
 """
 
 from __future__ import annotations
@@ -48,7 +51,13 @@ from torch.autograd.function import once_differentiable
 
 from attention import _coda_l1_ext
 from attention._compiled import PaddedKernel
-from attention._tiling import MaskTiles, apply_float32, dropout_keep, without_autocast
+from attention._tiling import (
+    MaskTiles,
+    apply_float32,
+    dropout_uniform,
+    keep_factors,
+    without_autocast,
+)
 
 #: bytes of one block (tile) of the flattened (N, Lq, Lk) quasi-attention matrix
 BLOCK_BYTES = 4 << 20
@@ -243,11 +252,21 @@ class BlockOps(NamedTuple):
     forward(qk, dist, mask, mean_e, mean_n, keep, opt) -> (M, M with dropout)
     backward(qk, dist, mask, mean_e, mean_n, keep, d_md, d_m, shift_e, shift_n, opt)
         -> (M with dropout, dL/d(q.k), dL/dD)
+
+    and, optionally, kernels that take the dropout's uniforms u (:func:`dropout_uniform`)
+    and rate p instead of its factors and return None where they do not apply (the caller
+    then runs the two above):
+
+    native_forward(qk, dist, mask, mean_e, mean_n, u, p, opt, need_m) -> (M | None, M with
+        dropout)
+    native_backward(qk, dist, mask, mean_e, mean_n, u, p, d_md, d_m, opt) -> as backward
     """
 
     factors: Callable
     forward: Callable
     backward: Callable
+    native_forward: Callable | None = None
+    native_backward: Callable | None = None
 
 
 class Centering(NamedTuple):
@@ -294,9 +313,9 @@ class Rows:
     def _tile(self, index: int, dropout: bool = True):
         n0, n1, i0, i1 = self.tiles[index]
         qb = self.q[n0:n1, i0:i1].contiguous()  # (n,r,d)
-        keep = dropout_keep(self.q, (n1 - n0, i1 - i0, self.k.shape[1]),
-                     self.dropout if dropout else 0.0, self.seed, index)
-        return slice(n0, n1), i0, i1, qb, self.masks(slice(n0, n1), slice(i0, i1)), keep
+        u = dropout_uniform(self.q, (n1 - n0, i1 - i0, self.k.shape[1]),
+                            self.dropout if dropout else 0.0, self.seed, index)
+        return slice(n0, n1), i0, i1, qb, self.masks(slice(n0, n1), slice(i0, i1)), u
 
     def _means(self, ns: slice, i0: int, i1: int) -> tuple[Tensor | None, Tensor | None]:
         rows = slice(i0, i1) if self.centering.rows else slice(None)
@@ -331,11 +350,17 @@ class Rows:
         self.mean_e = sum_e / count if c.e else None
         self.mean_n = sum_n / count if c.n else None
 
-    def forward(self, index: int) -> tuple[Tensor, Tensor]:
-        """(M, M with dropout) of tile ``index`` (n,r,Lk)."""
-        ns, i0, i1, qb, mb, keep = self._tile(index)
-        return self.ops.forward(*self.pair.products(qb, ns), mb, *self._means(ns, i0, i1),
-                                keep, self.opt)
+    def forward(self, index: int, need_m: bool = True) -> tuple[Tensor | None, Tensor]:
+        """(M, M with dropout) of tile ``index`` (n,r,Lk); ``need_m=False``: M may be None."""
+        ns, i0, i1, qb, mb, u = self._tile(index)
+        qk, dist = self.pair.products(qb, ns)
+        means = self._means(ns, i0, i1)
+        if self.ops.native_forward is not None:
+            out = self.ops.native_forward(qk, dist, mb, *means, u, self.dropout, self.opt,
+                                          need_m)
+            if out is not None:
+                return out
+        return self.ops.forward(qk, dist, mb, *means, keep_factors(u, self.dropout), self.opt)
 
     def factors(self, index: int) -> tuple[Tensor, Tensor, Tensor]:
         """(F_E(E), F_N(N), M) of block ``index`` of rows of all matrices (N,r,Lk),
@@ -353,10 +378,10 @@ class Rows:
         """Add tile ``index``'s share to ``grads``; with ``shifts=None`` (the first pass of a
         backward centred per matrix) return the sums of dL/d(q.k) and dL/dD over each of its
         matrices (n,1,1) instead.  ``shifts``: (N,1,1) or None each."""
-        ns, i0, i1, qb, mb, keep = self._tile(index)
+        ns, i0, i1, qb, mb, u = self._tile(index)
         g = grads
         if not g.need_qk:
-            self._grad_values(g, self.forward(index)[1], ns, i0, i1)
+            self._grad_values(g, self.forward(index, need_m=False)[1], ns, i0, i1)
             return None
         # q.k, D and dL/d(M with dropout) from the products (dL/d(M v) v^T in the same pass)
         a, b = (None, None) if g.out is None else (g.out[ns, i0:i1], g.v[ns])
@@ -367,8 +392,14 @@ class Rows:
             d_md = part if d_md is None else d_md + part
         d_m = None if g.weights is None else g.weights[ns, i0:i1]
         shift_e, shift_n = (None if s is None else s[ns] for s in (shifts or (None, None)))
-        md, de, dn = self.ops.backward(qk, dist, mb, *self._means(ns, i0, i1), keep, d_md, d_m,
-                                       shift_e, shift_n, self.opt)
+        means, out = self._means(ns, i0, i1), None
+        if self.ops.native_backward is not None and shift_e is None and shift_n is None:
+            out = self.ops.native_backward(qk, dist, mb, *means, u, self.dropout, d_md, d_m,
+                                           self.opt)
+        if out is None:
+            out = self.ops.backward(qk, dist, mb, *means, keep_factors(u, self.dropout), d_md,
+                                    d_m, shift_e, shift_n, self.opt)
+        md, de, dn = out
         del qk
         del d_md
         c = self.centering
@@ -430,7 +461,7 @@ class QuasiAttention(torch.autograd.Function):
         weights = q.new_empty(n, lq, lk) if need_weights else None
         for index, (n0, n1, i0, i1) in enumerate(rows.tiles):
             ns = slice(n0, n1)
-            m, md = rows.forward(index)
+            m, md = rows.forward(index, need_m=weights is not None)
             if out is not None:
                 torch.bmm(md, v[ns], out=out[ns, i0:i1])  # Eq. 7 / Eq. 10: A' = M B
             if out_t is not None:

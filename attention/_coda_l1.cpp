@@ -9,6 +9,11 @@
 //                               optional): gq_i = sum_j w_ij sign(q_i - k_j) + e_ij k_j,
 //                               written, gk_j += sum_i w_ij sign(k_j - q_i) + e_ij q_i,
 //                               accumulated (one call per tile of rows)
+//   coda_eq_{forward,backward}_f32
+//                               Eq. 1-6 element-wise for the paper's functions (tanh(E),
+//                               sigmoid(N), uncentred) and its derivative, with the mask and
+//                               the dropout (from uniforms) applied: attention/coda.py's
+//                               _forward_block and _backward_block in one pass
 //
 // sign(0) = 0, as autograd's abs (ties are common).  Nothing of size r*lk*d is stored: tiles
 // reduce in registers.
@@ -17,7 +22,9 @@
 // is compiled for (the loader picks -mavx512f..., -mavx2 -mfma or the compiler's default from
 // torch's run-time CPU detection: one build per capability, no -march=native), and one
 // AVX-512 intrinsic (a ternary-logic instruction for w sign(x)).
-//   forward: vectorised over keys j; a tile of keys is transposed into a (d, JT) buffer that
+//   forward: (float32 on AVX-512, fewer than 64 keys, not a multiple of 16: flat tiles, lanes
+//            over the keys of consecutive matrices; see flat_forward) otherwise
+//            vectorised over keys j; a tile of keys is transposed into a (d, JT) buffer that
 //            stays in L1 while every row of q passes over it, IT query rows x J vectors of
 //            keys per register tile; |q - k| is 3 vector operations (sub, and, add), q.k one
 //            fused multiply-add beside them, in the pipes the L1 term leaves idle.
@@ -146,10 +153,130 @@ inline void pack(const T* y, int64_t dy, int64_t j0, int64_t jn, int64_t jt,
     for (int64_t t = 0; t < dy; ++t) buf[t * jt + jj] = rows[jj * dy + t];
 }
 
+// -- short keys (AVX-512, float32): lanes over the keys of consecutive matrices ------------
+// Where lk is short (the MLU's 4-18 tokens), tiles of 16 or 32 keys of one matrix are mostly
+// padding and every row tile goes through row_tiles' buffers.  Here k (n, lk, d) is read as
+// the n*lk keys of all matrices in a row: a tile of 16 lanes holds keys of up to kFlatSegs
+// consecutive matrices (segments), each lane gets q's value of its own matrix by masked
+// broadcasts, and the outputs go out by masked stores, one per segment: no padded lanes
+// (but the last tile's) and no buffers.  The same sums over t in the same order as
+// l1_tile's, so the same results.
+#if VBYTES == 64
+constexpr int kFlatSegs = 4;  // matrices per tile at most (lk >= 5: any 16 keys span <= 4)
+
+struct FlatTile {
+  int nseg;
+  int64_t m[16];        // the segments' matrices
+  __mmask16 mask[16];   // their lanes
+  int64_t shift[16];    // output offset of lane 0 within the segment's row (j0 - lane0)
+};
+
+// RT rows (row0..row0+RT-1) of one tile of keys kt (d, 16): D (with L1) and x.y into the
+// segments' outputs; x (n, r, d), outputs (n, r, lk)
+template <int NS, int RT, bool L1>
+__attribute__((always_inline)) inline void flat_rows(const float* __restrict x, int64_t r,
+                                                    int64_t d, const float* __restrict kt,
+                                                    const FlatTile& ft, int64_t row0,
+                                                    int64_t lk, float* __restrict out,
+                                                    float* __restrict dot) {
+  const int ns = NS ? NS : ft.nseg;
+  const float* xp[16][RT];
+  for (int s = 0; s < ns; ++s)
+    for (int ii = 0; ii < RT; ++ii) xp[s][ii] = x + (ft.m[s] * r + row0 + ii) * d;
+  const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+  __m512 acc[RT], dt[RT];
+#pragma GCC unroll 16
+  for (int ii = 0; ii < RT; ++ii) acc[ii] = dt[ii] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < d; ++t) {
+    const __m512 kv = _mm512_loadu_ps(kt + t * 16);
+#pragma GCC unroll 16
+    for (int ii = 0; ii < RT; ++ii) {
+      __m512 xv = _mm512_set1_ps(xp[0][ii][t]);
+#pragma GCC unroll 16
+      for (int s = 1; s < ns; ++s)
+        xv = _mm512_mask_mov_ps(xv, ft.mask[s], _mm512_set1_ps(xp[s][ii][t]));
+      if constexpr (L1)
+        acc[ii] = _mm512_add_ps(acc[ii], _mm512_castsi512_ps(_mm512_and_si512(
+            _mm512_castps_si512(_mm512_sub_ps(xv, kv)), absmask)));
+      dt[ii] = _mm512_fmadd_ps(xv, kv, dt[ii]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int ii = 0; ii < RT; ++ii)
+    for (int s = 0; s < ns; ++s) {
+      const int64_t at = (ft.m[s] * r + row0 + ii) * lk + ft.shift[s];
+      if constexpr (L1) _mm512_mask_storeu_ps(out + at, ft.mask[s], acc[ii]);
+      _mm512_mask_storeu_ps(dot + at, ft.mask[s], dt[ii]);
+    }
+}
+
+template <int NS, bool L1>
+inline void flat_tile(const float* x, int64_t r, int64_t d, const float* kt, const FlatTile& ft,
+                      int64_t lk, float* out, float* dot) {
+  int64_t i0 = 0;
+  for (; i0 + IT <= r; i0 += IT) flat_rows<NS, IT, L1>(x, r, d, kt, ft, i0, lk, out, dot);
+  for (; i0 < r; ++i0) flat_rows<NS, 1, L1>(x, r, d, kt, ft, i0, lk, out, dot);
+}
+
+// D (with L1) and x.y (n, r, lk) of x (n, r, d), y (n, lk, d) over flat tiles of 16 keys
+template <bool L1>
+void flat_forward(const float* x, const float* y, float* out, float* dot, int64_t n, int64_t r,
+                  int64_t lk, int64_t d, int nthreads) {
+  const int64_t total = n * lk, tiles = (total + 15) / 16;
+  parallel(tiles, nthreads, r * 16 * d, kGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> kbuf(d * 16);
+    FlatTile ft;
+    for (int64_t tile = begin; tile < end; ++tile) {
+      const int64_t g0 = tile * 16, gn = std::min<int64_t>(16, total - g0);
+      pack(y, d, g0, gn, 16, kbuf);  // y as (n*lk, d): keys g0.. of every matrix in a row
+      ft.nseg = 0;
+      for (int64_t g = g0; g < g0 + gn;) {
+        const int64_t m = g / lk, stop = std::min((m + 1) * lk, g0 + gn);
+        const int lane0 = static_cast<int>(g - g0), lanes = static_cast<int>(stop - g);
+        ft.m[ft.nseg] = m;
+        ft.mask[ft.nseg] = static_cast<__mmask16>(((1u << lanes) - 1u) << lane0);
+        ft.shift[ft.nseg] = (g - m * lk) - lane0;
+        ++ft.nseg;
+        g = stop;
+      }
+      const float* kt = kbuf.data();
+      switch (ft.nseg) {
+        case 1: flat_tile<1, L1>(x, r, d, kt, ft, lk, out, dot); break;
+        case 2: flat_tile<2, L1>(x, r, d, kt, ft, lk, out, dot); break;
+        case 3: flat_tile<3, L1>(x, r, d, kt, ft, lk, out, dot); break;
+        case 4: flat_tile<4, L1>(x, r, d, kt, ft, lk, out, dot); break;
+        default: flat_tile<0, L1>(x, r, d, kt, ft, lk, out, dot); break;
+      }
+    }
+  });
+}
+#endif
+
+// whether flat_forward computes this call: short keys, float32, AVX-512 (a tile of one
+// matrix's keys would be at least a fifth padding)
+template <typename T>
+inline bool flat_keys(int64_t lk) {
+#if VBYTES == 64
+  return sizeof(T) == 4 && lk < 64 && lk % 16 != 0;
+#else
+  (void)lk;
+  return false;
+#endif
+}
+
 // D (and q.k with QK, and a.b unless a is null), each (n, r, lk)
 template <typename T, bool QK>
 void l1_forward(const T* q, const T* k, T* out, T* dot, const T* a, const T* b, T* dot2,
                 int64_t n, int64_t r, int64_t lk, int64_t d, int64_t d2, int nthreads) {
+#if VBYTES == 64
+  if constexpr (sizeof(T) == 4 && QK) {
+    if (flat_keys<T>(lk)) {
+      flat_forward<true>(q, k, out, dot, n, r, lk, d, nthreads);
+      if (a) flat_forward<false>(a, b, nullptr, dot2, n, r, lk, d2, nthreads);
+      return;
+    }
+  }
+#endif
   constexpr int W = VBYTES / sizeof(T);
   constexpr int J = QK ? JV_QK : JV;
   constexpr int JT = J * W;  // keys per tile
@@ -333,6 +460,9 @@ void l1_grads(const T* w, const T* e, const T* q, const T* k, T* gq, T* gk, int6
             if (dp - t0 >= TV * W) {
               grad_tile<T, E, TV>(qt, dp, kt, ldk, wt, et, ldw, jn, gqt, gkt);
               t0 += TV * W;
+            } else if (TV > 2 && dp - t0 >= 2 * W) {  // d = 32 in float32: one pass, not two
+              grad_tile<T, E, 2>(qt, dp, kt, ldk, wt, et, ldw, jn, gqt, gkt);
+              t0 += 2 * W;
             } else {
               grad_tile<T, E, 1>(qt, dp, kt, ldk, wt, et, ldw, jn, gqt, gkt);
               t0 += W;
@@ -356,6 +486,119 @@ void l1_grads(const T* w, const T* e, const T* q, const T* k, T* gq, T* gk, int6
         for (int64_t x = 0; x < r * d; ++x) out[x] += part[x];
       }
     }
+}
+
+
+// -- Eq. 1-6 element-wise, float32 (attention/coda.py's _forward_block and _backward_block
+// for the paper's functions: F_E = tanh, F_N = sigmoid, uncentred) ------------------------
+// Over `count` elements of tiles (n, r, lk), all contiguous: the mask (bytes, 0 = masked) and
+// the dropout's uniforms u (kept where u >= p, scaled by 1 / (1 - p)) optional.  One C++ pass
+// instead of a compiled block with its guards and wrappers (about 0.3 ms a call on the
+// short MLU sequences) and the eager dropout factors.  exp: Cephes' single-precision
+// polynomial (about 1 ulp on [-87.3, 88]); tanh and sigmoid from it, within about 1.5e-7
+// absolute of torch's (tests/attention/test_coda_kernels.py).
+using VF = Vec<float>::V;
+using VI = Vec<float>::I;
+using VM = Vec<float>::M;
+constexpr int WF = VBYTES / 4;
+
+__attribute__((always_inline)) inline VF vexp(VF x) {
+  x = x > splat<float>(88.0f) ? splat<float>(88.0f) : x;
+  x = x < splat<float>(-87.3f) ? splat<float>(-87.3f) : x;
+  const VF magic = splat<float>(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const VF n = (x * 1.44269504088896341f + magic) - magic;
+  VF r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  VF p = splat<float>(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const VF y = p * (r * r) + r + 1.0f;
+  const VI e = (__builtin_convertvector(n, VI) + 127) << 23;  // 2^n
+  return y * (VF)e;
+}
+
+__attribute__((always_inline)) inline VF vtanh(VF x) {
+  const VI sign = VI{} + INT32_MIN;
+  const VF t = vexp((VF)((VI)x | sign) * 2.0f);  // exp(-2|x|), in (0, 1]
+  const VF y = (1.0f - t) / (1.0f + t);
+  return (VF)((VI)y | ((VI)x & sign));
+}
+
+__attribute__((always_inline)) inline VF vsigmoid(VF x) { return 1.0f / (1.0f + vexp(-x)); }
+
+struct Eq {
+  const float *qk, *dist, *u, *d_md, *d_w;
+  const uint8_t* mask;
+  float *m, *md, *de, *dn;
+  float es, ns, gs, p, ps;
+};
+
+// WF elements at offset i of every array of a (pointers as given or WF-long buffers)
+template <bool BACKWARD>
+__attribute__((always_inline)) inline void eq_vector(const Eq& a, int64_t i) {
+  const VF te = vtanh(load<VF>(a.qk + i) * a.es);
+  const VF gn = vsigmoid(load<VF>(a.dist + i) * a.ns);
+  const VF g = gn * a.gs;
+  VF m = te * g;
+  VI valid = VI{} - 1;
+  if (a.mask) valid = __builtin_convertvector(load<VM>(a.mask + i), VI) != 0;
+  m = valid ? m : VF{};
+  const VF keep = a.u ? (load<VF>(a.u + i) >= a.p ? splat<float>(a.ps) : VF{}) : VF{};
+  if constexpr (!BACKWARD) {
+    if (a.m) store(a.m + i, m);
+    store(a.md + i, a.u ? m * keep : m);
+  } else {
+    VF dm = a.d_md ? load<VF>(a.d_md + i) : VF{};
+    if (a.u) dm = dm * keep;
+    if (a.d_w) dm = dm + load<VF>(a.d_w + i);
+    dm = valid ? dm : VF{};
+    store(a.md + i, a.u ? m * keep : m);
+    store(a.de + i, (dm * g * (1.0f - te * te)) * a.es);
+    store(a.dn + i, (dm * te * (gn * (1.0f - gn) * a.gs)) * a.ns);
+  }
+}
+
+// the last count % WF elements through buffers of WF lanes (each lane computed as in eq_vector)
+template <bool BACKWARD>
+void eq_tail(const Eq& a, int64_t i0, int64_t n) {
+  float in[5][WF] = {}, out[4][WF] = {};
+  uint8_t mbuf[WF] = {};
+  const float* src[5] = {a.qk, a.dist, a.u, a.d_md, a.d_w};
+  float* dst[4] = {a.m, a.md, a.de, a.dn};
+  Eq b = a;
+  const float** bsrc[5] = {&b.qk, &b.dist, &b.u, &b.d_md, &b.d_w};
+  float** bdst[4] = {&b.m, &b.md, &b.de, &b.dn};
+  for (int s = 0; s < 5; ++s)
+    if (src[s]) {
+      std::copy(src[s] + i0, src[s] + i0 + n, in[s]);
+      *bsrc[s] = in[s];
+    }
+  if (a.mask) {
+    std::copy(a.mask + i0, a.mask + i0 + n, mbuf);
+    b.mask = mbuf;
+  }
+  for (int s = 0; s < 4; ++s)
+    if (dst[s]) *bdst[s] = out[s];
+  eq_vector<BACKWARD>(b, 0);
+  for (int s = 0; s < 4; ++s)
+    if (dst[s]) std::copy(out[s], out[s] + n, dst[s] + i0);
+}
+
+template <bool BACKWARD>
+void eq_run(const Eq& a, int64_t count, int nthreads) {
+  constexpr int64_t kChunk = 64 * WF;
+  const int64_t chunks = (count + kChunk - 1) / kChunk;
+  parallel(chunks, nthreads, kChunk * 64, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t i0 = c * kChunk, i1 = std::min(count, i0 + kChunk);
+      int64_t i = i0;
+      for (; i + WF <= i1; i += WF) eq_vector<BACKWARD>(a, i);
+      if (i < i1) eq_tail<BACKWARD>(a, i, i1 - i);
+    }
+  });
 }
 
 }  // namespace
@@ -401,6 +644,28 @@ void coda_l1_grads_f64(const double* w, const double* e, const double* q, const 
     l1_grads<double, true>(w, e, q, k, gq, gk, n, r, lk, d, nthreads);
   else
     l1_grads<double, false>(w, e, q, k, gq, gk, n, r, lk, d, nthreads);
+}
+
+// Eq. 1-6 forward: M (n,r,lk) written to m unless null, M with dropout to md (m and md may
+// be one array when there is no dropout: u null); es = alpha s, ns = -beta s, gs = 2 for
+// the scaled gate, else 1; p the dropout rate
+void coda_eq_forward_f32(const float* qk, const float* dist, const uint8_t* mask,
+                         const float* u, float* m, float* md, int64_t count, float es,
+                         float ns, float gs, double p, int nthreads) {
+  Eq a{qk, dist, u, nullptr, nullptr, mask, m, md, nullptr, nullptr, es, ns, gs, (float)p,
+       1.0f / (float)(1.0 - p)};
+  eq_run<false>(a, count, nthreads);
+}
+
+// Eq. 1-6 backward: from the gradients of M with dropout (d_md) and of M (d_w), either
+// null, M with dropout (md), dL/d(q.k) (de) and dL/dD (dn)
+void coda_eq_backward_f32(const float* qk, const float* dist, const uint8_t* mask,
+                          const float* u, const float* d_md, const float* d_w, float* md,
+                          float* de, float* dn, int64_t count, float es, float ns, float gs,
+                          double p, int nthreads) {
+  Eq a{qk, dist, u, d_md, d_w, mask, nullptr, md, de, dn, es, ns, gs, (float)p,
+       1.0f / (float)(1.0 - p)};
+  eq_run<true>(a, count, nthreads);
 }
 
 }  // extern "C"

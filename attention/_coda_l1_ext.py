@@ -1,4 +1,5 @@
-"""CoDA's L1 kernels in C++ (:file:`attention/_coda_l1.cpp`), built once per machine and loaded
+"""CoDA's L1 kernels in C++ (:file:`attention/_coda_l1.cpp`), and its Eq. 1-6 for the paper's
+functions in float32 (:func:`eq_forward`, :func:`eq_backward`), built once per machine and loaded
 by :class:`attention._native.NativeLibrary` (the build, its cache and flags per CPU capability,
 the fallbacks: see there; cache folder ``attnrepro_coda_l1``).
 
@@ -28,6 +29,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         getattr(lib, f"coda_l1_grads_{dt}").argtypes = [p, p, p, p, p, p, i64, i64, i64, i64,
                                                        c_int]
     lib.coda_l1_vector_bytes.restype = c_int
+    f32, f64 = ctypes.c_float, ctypes.c_double
+    lib.coda_eq_forward_f32.argtypes = [p] * 6 + [i64, f32, f32, f32, f64, c_int]
+    lib.coda_eq_backward_f32.argtypes = [p] * 9 + [i64, f32, f32, f32, f64, c_int]
 
 
 #: the library (``LIBRARY.enabled``: ``ATTNREPRO_CODA_CPP`` is not 0)
@@ -98,3 +102,50 @@ def grads(w: Tensor, q: Tensor, k: Tensor, grad_k: Tensor | None, e: Tensor | No
     if grad_k is not None and not direct:
         grad_k.add_(acc)
     return grad_q
+
+
+# -- Eq. 1-6 element-wise (float32; attention.coda's blocks for the paper's functions) --------
+def eq_supports(*tensors: Tensor | None) -> bool:
+    """Whether :func:`eq_forward` and :func:`eq_backward` take these tile tensors (float32 on
+    CPU, the library loaded)."""
+    present = [t for t in tensors if t is not None]
+    return present[0].dtype == torch.float32 and supports(*present)
+
+
+def _flat(t: Tensor | None, shape: torch.Size) -> Tensor | None:
+    """``t`` as a contiguous tensor of the tile's shape (a broadcast mask expanded)."""
+    return None if t is None else t.detach().expand(shape).contiguous()
+
+
+def eq_forward(qk: Tensor, dist: Tensor, mask: Tensor | None, u: Tensor | None, p: float,
+               e_scale: float, n_scale: float, gate_scale: float,
+               need_m: bool = True) -> tuple[Tensor | None, Tensor]:
+    """(M, M with dropout) of a tile from q.k and D (n,r,Lk): M = tanh(e_scale q.k)
+    gate_scale sigmoid(n_scale D), 0 where ``mask`` (bool, broadcastable) is False, dropout
+    keeping the entries whose uniform ``u`` is at least ``p``, scaled by 1 / (1 - p).  Without
+    dropout the two are one tensor; ``need_m=False``: M is None when there is dropout."""
+    shape = qk.shape
+    qk, dist = qk.detach().contiguous(), dist.detach().contiguous()
+    mask, u = _flat(mask, shape), _flat(u, shape)
+    md = torch.empty_like(qk)
+    m = md if u is None else (torch.empty_like(qk) if need_m else None)
+    LIBRARY.library().coda_eq_forward_f32(
+        ptr(qk), ptr(dist), ptr(mask), ptr(u), ptr(None if m is md else m), ptr(md),
+        qk.numel(), e_scale, n_scale, gate_scale, p, torch.get_num_threads())
+    return m, md
+
+
+def eq_backward(qk: Tensor, dist: Tensor, mask: Tensor | None, u: Tensor | None, p: float,
+                d_md: Tensor | None, d_m: Tensor | None, e_scale: float, n_scale: float,
+                gate_scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(M with dropout, dL/d(q.k), dL/dD) of a tile by the chain rule through
+    :func:`eq_forward`, from the gradients of M with dropout (``d_md``) and of M (``d_m``),
+    either None."""
+    shape = qk.shape
+    qk, dist = qk.detach().contiguous(), dist.detach().contiguous()
+    mask, u, d_md, d_m = (_flat(t, shape) for t in (mask, u, d_md, d_m))
+    md, de, dn = torch.empty_like(qk), torch.empty_like(qk), torch.empty_like(qk)
+    LIBRARY.library().coda_eq_backward_f32(
+        ptr(qk), ptr(dist), ptr(mask), ptr(u), ptr(d_md), ptr(d_m), ptr(md), ptr(de), ptr(dn),
+        qk.numel(), e_scale, n_scale, gate_scale, p, torch.get_num_threads())
+    return md, de, dn

@@ -51,12 +51,23 @@ def dropout_keep(like: Tensor, shape: tuple[int, ...], p: float, seed: int,
                  index: int) -> Tensor | None:
     """Dropout factors of tile ``index`` (0 or 1/(1-p)), regenerated from the seed in the
     backward pass instead of stored; None without dropout."""
+    return keep_factors(dropout_uniform(like, shape, p, seed, index), p)
+
+
+def dropout_uniform(like: Tensor, shape: tuple[int, ...], p: float, seed: int,
+                    index: int) -> Tensor | None:
+    """The uniforms behind :func:`dropout_keep`'s factors of tile ``index`` (kept where at
+    least ``p``), for kernels that apply the dropout themselves; None without dropout."""
     if p <= 0:
         return None
     gen = torch.Generator(device=like.device)
     gen.manual_seed(seed + index)
-    keep = torch.rand(shape, generator=gen, device=like.device, dtype=like.dtype) >= p
-    return keep.to(like.dtype) / (1 - p)
+    return torch.rand(shape, generator=gen, device=like.device, dtype=like.dtype)
+
+
+def keep_factors(u: Tensor | None, p: float) -> Tensor | None:
+    """Dropout factors (0 or 1/(1-p)) from :func:`dropout_uniform`'s uniforms."""
+    return None if u is None else (u >= p).to(u.dtype) / (1 - p)
 
 
 # -- low precision -----------------------------------------------------------------------

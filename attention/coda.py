@@ -30,8 +30,10 @@ queries, causally visible), and over
   incremental step equals its row of the full forward.
 
 The paper's equations on one block of query rows are written out below (``_factors``,
-``_forward_block``, ``_backward_block``); the memory-bounded L1 term, the blocks of rows and
-the custom autograd function live in :mod:`attention._coda_kernels`.
+``_forward_block``, ``_backward_block``; for tanh and sigmoid, uncentred, in float32 on CPU
+the C++ kernels of :mod:`attention._coda_l1_ext` compute the same in one pass, tested against
+these and the naive formula); the memory-bounded L1 term, the blocks of rows and the custom
+autograd function live in :mod:`attention._coda_kernels`.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
+from attention import _coda_l1_ext
 from attention._coda_kernels import BlockOps, Centering, QuasiAttention, Rows
 from attention._coda_kernels import l1_distance as l1_distance
 from attention._compiled import TileKernel
@@ -148,9 +151,41 @@ def _backward_block(qk, dist, mask, mean_e, mean_n, keep, d_md, d_m, shift_e, sh
     return (m if keep is None else m * keep), de, dn
 
 
-#: the blocks as the kernels run them (compiled; :mod:`attention._coda_kernels`)
+#: run Eq. 1-6 in C++ where it applies (:func:`_native_applies`); tests switch it off to
+#: test the compiled blocks on their own
+NATIVE_EQ = True
+
+
+def _native_applies(opt: _Options, mean_e, mean_n, *tensors) -> bool:
+    """Whether the C++ kernels of Eq. 1-6 (attention._coda_l1_ext.eq_forward, eq_backward)
+    compute this tile: the paper's functions (tanh, sigmoid), neither E nor N centred, float32
+    on CPU with the library loaded."""
+    return (NATIVE_EQ and opt.e_fn == "tanh" and opt.n_fn == "sigmoid" and mean_e is None
+            and mean_n is None and _coda_l1_ext.eq_supports(*tensors))
+
+
+def _native_forward(qk, dist, mask, mean_e, mean_n, u, p: float, opt: _Options, need_m: bool):
+    """:func:`_forward_block` in C++ (None where it does not apply), the dropout applied
+    from its uniforms ``u``."""
+    if not _native_applies(opt, mean_e, mean_n, qk, dist):
+        return None
+    return _coda_l1_ext.eq_forward(qk, dist, mask, u, p, opt.e_scale, opt.n_scale,
+                                   2.0 if opt.gate == "scaled" else 1.0, need_m)
+
+
+def _native_backward(qk, dist, mask, mean_e, mean_n, u, p: float, d_md, d_m, opt: _Options):
+    """:func:`_backward_block` in C++, uncentred (None where it does not apply)."""
+    if not _native_applies(opt, mean_e, mean_n, qk, dist, d_md, d_m):
+        return None
+    return _coda_l1_ext.eq_backward(qk, dist, mask, u, p, d_md, d_m, opt.e_scale, opt.n_scale,
+                                    2.0 if opt.gate == "scaled" else 1.0)
+
+
+#: the blocks as the kernels run them (C++ where it applies, else compiled;
+#: :mod:`attention._coda_kernels`)
 _OPS = BlockOps(factors=_factors, forward=TileKernel(_forward_block, full=(0, 1, 5)),
-                backward=TileKernel(_backward_block, full=(0, 1, 5, 6, 7)))
+                backward=TileKernel(_backward_block, full=(0, 1, 5, 6, 7)),
+                native_forward=_native_forward, native_backward=_native_backward)
 
 
 # -- the functional layer --------------------------------------------------------------------

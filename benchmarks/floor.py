@@ -11,9 +11,11 @@ new random order (:func:`benchmarks.take_turns`), one run each of:
   runners);
 - CoDA's parts, on the tiles its autograd function walks over (:mod:`attention._coda_kernels`),
   each over all B H matrices once: ``l1_fwd`` (the C++ kernel's q.k and L1 distances D in
-  one pass, the forward's), ``gate_fwd`` (Eq. 1-6, the compiled element-wise block),
+  one pass, the forward's), ``gate_fwd`` (Eq. 1-6, the element-wise block as CoDA runs it:
+  the C++ kernel where it applies, as here, else the compiled block),
   ``mv_fwd`` (M v), ``l1_bwd`` (the backward's recomputed q.k and D, and dL/d(M v) v^T beside
-  them), ``gate_bwd`` (the compiled derivative block), ``mv_bwd`` (dL/dv = M^T dL/d(M v)),
+  them), ``gate_bwd`` (the derivative block, C++ or compiled likewise), ``mv_bwd``
+  (dL/dv = M^T dL/d(M v)),
   ``l1_grads`` (the C++ gradient kernel: dL/dq, dL/dk of the L1 term and of q.k);
 - probes of this CPU's peaks (:mod:`benchmarks.peak`): ``matmul`` (a 1024^3 float32 product,
   MKL), ``l1_cache`` (the C++ L1 kernel, D alone, on one 256 x 256 x 64 matrix pair that stays
@@ -85,8 +87,17 @@ def coda_parts(b: int, h: int, length: int, d: int) -> dict[str, Probe]:
     qb0 = q[n0:n1, i0:i1].contiguous()
     qk0, dist0 = pair.products(qb0, slice(n0, n1))  # one tile's inputs for the gate blocks
     d_md0 = torch.randn(qk0.shape, generator=gen)
-    md0, de0, dn0 = _OPS.backward(qk0, dist0, None, None, None, None, d_md0, None, None, None,
-                                  opt)
+
+    def gate_fwd():  # as Rows.forward runs it: C++ where it applies, else compiled
+        out = _OPS.native_forward(qk0, dist0, None, None, None, None, 0.0, opt, False)
+        return _OPS.forward(qk0, dist0, None, None, None, None, opt) if out is None else out
+
+    def gate_bwd():
+        out = _OPS.native_backward(qk0, dist0, None, None, None, None, 0.0, d_md0, None, opt)
+        return (_OPS.backward(qk0, dist0, None, None, None, None, d_md0, None, None, None, opt)
+                if out is None else out)
+
+    md0, de0, dn0 = gate_bwd()
     grad_k = torch.zeros_like(k)
     grad_v = torch.zeros_like(v)
 
@@ -101,15 +112,13 @@ def coda_parts(b: int, h: int, length: int, d: int) -> dict[str, Probe]:
     parts = {
         "l1_fwd": (each_tile(lambda ns, r0, r1, qb: pair.products(qb, ns)),
                    unit * (L1_OPS["forward"] + 1), "q.k and D (C++)"),
-        "gate_fwd": (each_tile(lambda ns, r0, r1, qb: _OPS.forward(
-            qk0, dist0, None, None, None, None, opt)), pairs, "Eq. 1-6 (compiled)"),
+        "gate_fwd": (each_tile(lambda ns, r0, r1, qb: gate_fwd()), pairs, "Eq. 1-6"),
         "mv_fwd": (each_tile(lambda ns, r0, r1, qb: torch.bmm(md0, v[ns])), unit, "M v (bmm)"),
         "l1_bwd": (each_tile(lambda ns, r0, r1, qb: pair.products(qb, ns, g_out[ns, r0:r1],
                                                                    v[ns])),
                    unit * (L1_OPS["recomputed"] + 2), "q.k, D and dL/dM recomputed (C++)"),
-        "gate_bwd": (each_tile(lambda ns, r0, r1, qb: _OPS.backward(
-            qk0, dist0, None, None, None, None, d_md0, None, None, None, opt)), pairs,
-            "Eq. 1-6 derivative (compiled)"),
+        "gate_bwd": (each_tile(lambda ns, r0, r1, qb: gate_bwd()), pairs,
+                     "Eq. 1-6 derivative"),
         "mv_bwd": (each_tile(lambda ns, r0, r1, qb: grad_v[ns].baddbmm_(
             md0.transpose(1, 2), g_out[ns, r0:r1])), unit, "dL/dv = M^T dL/d(M v) (baddbmm)"),
         "l1_grads": (each_tile(lambda ns, r0, r1, qb: pair.grads(dn0, qb, dist0, grad_k[ns], ns,

@@ -81,6 +81,28 @@ def test_distance_and_dot_are_exact_on_integers(native, dtype, shape):
         assert torch.equal(ab, a @ b.transpose(1, 2))
 
 
+#: keys shorter than 64 and not a multiple of 16: float32 on AVX-512 takes the flat tiles (lanes
+#: over the keys of consecutive matrices, up to 16 matrices a tile at 1 key)
+SHORT_KEYS = [1, 2, 3, 4, 5, 6, 7, 15, 17, 31, 33, 47, 63]
+
+
+@pytest.mark.parametrize("lk", SHORT_KEYS)
+@pytest.mark.parametrize("r", [1, 5, 17])
+def test_products_of_short_keys_are_exact_on_integers(native, r, lk):
+    """q.k, D and a.b at every short key length (tiles spanning 1 to 16 matrices, row tails),
+    exact on integers, for a matrix count that leaves a partial last tile."""
+    g = torch.Generator().manual_seed(r * 100 + lk)
+    n, d = 7, 19
+    q, k = ints(n, r, d, generator=g, dtype=torch.float32), ints(n, lk, d, generator=g,
+                                                                dtype=torch.float32)
+    a, b = ints(n, r, 5, generator=g, dtype=torch.float32), ints(n, lk, 5, generator=g,
+                                                                dtype=torch.float32)
+    dot, dist, ab = ext.products(q, k, a, b)
+    assert torch.equal(dist, naive_l1(q, k)) and torch.equal(dot, q @ k.transpose(1, 2))
+    assert torch.equal(ab, a @ b.transpose(1, 2))
+    assert torch.equal(ext.products(q, k)[1], naive_l1(q, k))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_distance_and_dot_on_random_values(native, dtype, shape):
@@ -293,3 +315,115 @@ def test_switched_off_by_the_environment(monkeypatch):
     monkeypatch.setattr(compiled, "COMPILE", False)  # ATTNREPRO_COMPILE=0
     assert ext.library() is None
     assert not ext.supports(torch.zeros(1, 1, 1, dtype=torch.float16))
+
+
+# -- Eq. 1-6 in C++ (attention._coda_l1_ext.eq_forward, eq_backward) ----------------------------
+@pytest.fixture
+def native_eq(monkeypatch):
+    """The C++ kernels on, Eq. 1-6 included (the module's own blocks, not the eager ones of
+    ``native``); counts the calls of the C++ element-wise kernels in ``calls``."""
+    if native_lib.compiler() is None:
+        pytest.skip("no C++ compiler")
+    monkeypatch.setattr(compiled, "COMPILE", True)
+    monkeypatch.setattr(ext.LIBRARY, "enabled", True)
+    monkeypatch.setattr(impl, "NATIVE_EQ", True)
+    assert ext.library() is not None, "the C++ kernels failed to build (see the warning)"
+    calls = {"forward": 0, "backward": 0}
+
+    def counted(name, fn):
+        def run(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(ext, "eq_forward", counted("forward", ext.eq_forward))
+    monkeypatch.setattr(ext, "eq_backward", counted("backward", ext.eq_backward))
+    return calls
+
+
+def test_eq_kernels_match_tanh_and_sigmoid_on_every_range(native_eq):
+    """M = tanh(s_e q.k) g sigmoid(s_n D) and its derivatives, element by element, against
+    torch in float64: saturated, tiny, zero and negative arguments, every tail length of a
+    vector, a mask and dropout uniforms."""
+    x = torch.cat([torch.linspace(-30, 30, 2001), torch.tensor([0.0, -0.0, 1e-30, -1e-30,
+                                                                  1e-8, -1e-8, 200.0, -200.0])])
+    for count in (x.numel(), 1, 5, 17, 33):
+        qk = x[:count].reshape(1, 1, count)
+        dist = x.flip(0)[:count].abs().reshape(1, 1, count) * 3  # D >= 0
+        g = torch.Generator().manual_seed(count)
+        mask = torch.rand(qk.shape, generator=g) > 0.2
+        u = torch.rand(qk.shape, generator=g)
+        d_md, d_m = torch.randn(qk.shape, generator=g), torch.randn(qk.shape, generator=g)
+        for gs, p in ((2.0, 0.25), (1.0, 0.0)):
+            es, ns = 0.7, -0.3
+            e, n = es * qk.double(), ns * dist.double()
+            te, gn = torch.tanh(e), torch.sigmoid(n)
+            keep = (u >= p).double() / (1 - p) if p else torch.ones_like(e)
+            m = (te * gn * gs).masked_fill(~mask, 0)
+            got_m, got_md = ext.eq_forward(qk, dist, mask, u if p else None, p, es, ns, gs)
+            torch.testing.assert_close(got_m.double(), m, atol=3e-7, rtol=0)
+            torch.testing.assert_close(got_md.double(), m * keep, atol=3e-7 / (1 - p), rtol=0)
+            dm = ((d_md.double() * keep) + d_m.double()).masked_fill(~mask, 0)
+            de = es * dm * gn * gs * (1 - te * te)
+            dn = ns * dm * te * gs * gn * (1 - gn)
+            got = ext.eq_backward(qk, dist, mask, u if p else None, p, d_md, d_m, es, ns, gs)
+            for a, b in zip(got, (m * keep, de, dn)):
+                torch.testing.assert_close(a.double(), b, atol=2e-6, rtol=0)
+    assert native_eq == {"forward": 10, "backward": 10}
+
+
+#: odd lengths: a single key or query, tails of every vector and tile
+SHORT = [1, 5, 17, 33]
+
+
+@pytest.mark.parametrize("lk", SHORT)
+@pytest.mark.parametrize("lq", SHORT)
+@pytest.mark.parametrize("gate", ["scaled", "plain"])
+def test_eq_in_cpp_matches_the_paper_on_short_sequences(native_eq, lq, lk, gate):
+    """CoDA in float32 through the C++ Eq. 1-6 against the naive formula tanh(E) sigmoid(N)
+    in float64, values and gradients of q, k and v (of M v and of M), without a mask, with
+    padded keys, a pair mask and (Lq = Lk) a causal one."""
+    g = torch.Generator().manual_seed(100 * lq + lk)
+    q = torch.randn(2, 3, lq, 16, generator=g, requires_grad=True)
+    k, v = (torch.randn(2, 3, lk, 16, generator=g, requires_grad=True) for _ in range(2))
+    key_mask = torch.ones(2, lk, dtype=torch.bool)
+    key_mask[1, lk // 2 + 1:] = False
+    query_mask = torch.ones(2, lq, dtype=torch.bool)
+    query_mask[0, lq // 2 + 1:] = False
+    pair = query_mask[:, None, :, None] & key_mask[:, None, None, :]
+    masks = [None, key_mask[:, None, None, :], pair]
+    if lq == lk:
+        masks.append(pair & causal_mask(lq, lk))
+    for mask in masks:
+        compare(q, k, v, mask, atol=2e-5, rtol=1e-4, gate=gate)
+    assert native_eq["forward"] == len(masks) and native_eq["backward"] == len(masks)
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 17, 17, 32), (3, 4, 5, 17, 32), (2, 2, 1, 33, 8),
+                                   (2, 2, 6, 6, 32)], ids=str)
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_eq_in_cpp_equals_the_compiled_blocks_with_dropout(native_eq, monkeypatch, shape,
+                                                         need_weights):
+    """The C++ Eq. 1-6 against the compiled blocks (NATIVE_EQ off) under dropout, the same
+    seed: M v, M and every gradient within float rounding (the same entries dropped)."""
+    b, h, lq, lk, d = shape
+    g = torch.Generator().manual_seed(lq * lk)
+    q = torch.randn(b, h, lq, d, generator=g, requires_grad=True)
+    k, v = (torch.randn(b, h, lk, d, generator=g, requires_grad=True) for _ in range(2))
+    mask = torch.rand(b, 1, lq, lk, generator=g) > 0.2
+    c_out = torch.randn(b, h, lq, d, generator=g)
+    c_m = torch.randn(b, h, lq, lk, generator=g)
+
+    def run():
+        torch.manual_seed(3)  # the dropout seed
+        out, _, m = impl._coda(q, k, v, mask, need_weights=need_weights, dropout=0.3,
+                               gate="scaled")
+        loss = (out * c_out).sum() + (0 if m is None else (m * c_m).sum())
+        return (out, *([] if m is None else [m]), *torch.autograd.grad(loss, (q, k, v)))
+
+    fast = run()
+    assert native_eq == {"forward": 1, "backward": 1}
+    monkeypatch.setattr(impl, "NATIVE_EQ", False)
+    for a, b_ in zip(fast, run(), strict=True):
+        torch.testing.assert_close(a, b_, atol=1e-6, rtol=1e-5)
+    assert native_eq == {"forward": 1, "backward": 1}  # the second run compiled
