@@ -18,15 +18,13 @@ from experiments.harness.markdown import CLAIMS_HEADER, table_cells
 from experiments.harness.preflight import check_folder, root_note
 from experiments.harness.runs import (
     COST_COLUMNS,
-    DISPLAY_KEYS,
-    PER_SEED_KEYS,
     MixedRunsError,
     collect,
     configs_with_runs,
     cost_values,
     curve_metric,
     learning_curves,
-    read_run,
+    settings_differences,
 )
 from experiments.harness.scale import scale_line
 from experiments.harness.significance import mean_std
@@ -286,18 +284,16 @@ def format_against(experiment: Experiment, grid: Grid, config: str, other: Path)
                 f"as $ATTNREPRO_RUNS: the grid's runs are in "
                 f"<root>/{experiment.name}/{here.name})")
     results = folder_results(experiment, grid, config, other)
-    pair = next(((a, b) for a in sorted(here.iterdir()) if (b := there / a.name).is_dir()
-                 and read_run(a).config is not None and read_run(b).config is not None),
+    pair = next(((a, there / a.name) for a in sorted(here.iterdir())
+                 if (a / "config.yaml").is_file() and (there / a.name / "config.yaml").is_file()),
                 None)
     if pair is None:
         differ = "no run of the same name in both folders to compare settings with"
     else:
-        a, b = (read_run(d).config for d in pair)
-        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)
-                      and k not in PER_SEED_KEYS and k not in DISPLAY_KEYS)
+        keys = settings_differences(list(pair), names=["here", "there"])
         differ = ("the settings the runs differ in (" + pair[0].name + "'s config.yaml): "
-                  + ("; ".join(f"{k}: {a.get(k)!r} here, {b.get(k)!r} there" for k in keys)
-                     if keys else "none"))
+                  + ("; ".join(f"{k}: {v['here']!r} here, {v['there']!r} there"
+                               for k, v in keys.items()) if keys else "none"))
     lines = [f"### {grid.title}: against {shown_path(there)}",
              f"Each cell against itself in the other runs folder, seed k with seed k (the "
              f"same initialisation and data order), paired over the test examples by id; the "

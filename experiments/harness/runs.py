@@ -148,12 +148,14 @@ def _flat(node, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def settings_differences(run_dirs: list[Path]) -> dict[str, dict[str, object]]:
-    """key -> run folder name -> value, for each key of the runs' resolved configs
+def settings_differences(run_dirs: list[Path],
+                         names: list[str] | None = None) -> dict[str, dict[str, object]]:
+    """key -> run name -> value, for each key of the runs' resolved configs
     (``config.yaml``, written by LightningCLI) whose value is not the same in all of them,
     :data:`PER_SEED_KEYS` and :data:`DISPLAY_KEYS` aside; runs without a config.yaml are
-    left out."""
-    configs = {run_dir.name: config for run_dir in run_dirs
+    left out.  A run's name is its folder's, or ``names``' (runs of one name in two runs
+    roots)."""
+    configs = {name: config for run_dir, name in zip(run_dirs, names or [d.name for d in run_dirs])
                if (config := read_run(run_dir).config) is not None}
     keys = sorted({k for c in configs.values() for k in c}
                   - set(PER_SEED_KEYS) - set(DISPLAY_KEYS))
