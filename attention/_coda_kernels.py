@@ -37,7 +37,11 @@ The element-wise part of Eq. 1-6 (from q.k and D to M, and its derivative) is th
 and lives in :mod:`attention.coda`; it reaches this module as a :class:`BlockOps` (compiled
 blocks, and for the paper's functions in float32 the C++ kernels
 :func:`attention._coda_l1_ext.eq_forward` and :func:`~attention._coda_l1_ext.eq_backward`,
-which apply the mask and the dropout from the tile's uniforms themselves).
+which apply the mask and the dropout from the tile's uniforms themselves).  Where those apply,
+they run fused into the C++ forward kernel's tiles
+(:func:`~attention._coda_l1_ext.fused_forward`, :func:`~attention._coda_l1_ext.fused_backward`,
+``attention.coda.FUSED_EQ``): q.k, D and dL/dM are then never written to memory, the results
+the same bit for bit.
 """
 
 from __future__ import annotations
@@ -260,6 +264,11 @@ class BlockOps(NamedTuple):
     native_forward(qk, dist, mask, mean_e, mean_n, u, p, opt, need_m) -> (M | None, M with
         dropout)
     native_backward(qk, dist, mask, mean_e, mean_n, u, p, d_md, d_m, opt) -> as backward
+
+    and whether those run fused into the C++ L1 kernel's tiles
+    (:func:`attention._coda_l1_ext.fused_forward`, ``fused_backward``), with which scales:
+
+    fused_scales(opt, mean_e, mean_n, *tensors) -> (e_scale, n_scale, gate_scale) | None
     """
 
     factors: Callable
@@ -267,6 +276,7 @@ class BlockOps(NamedTuple):
     backward: Callable
     native_forward: Callable | None = None
     native_backward: Callable | None = None
+    fused_scales: Callable | None = None
 
 
 class Centering(NamedTuple):
@@ -350,11 +360,24 @@ class Rows:
         self.mean_e = sum_e / count if c.e else None
         self.mean_n = sum_n / count if c.n else None
 
+    def _fused(self, qb: Tensor, ns: slice, means, *others: Tensor | None):
+        """The scales of Eq. 1-6 if the fused C++ kernels compute this tile (the C++ L1
+        kernels take it and :attr:`BlockOps.fused_scales` says so), else None."""
+        k = self.pair.k[ns]
+        if self.ops.fused_scales is None or not (_native(l1, qb, k) and _native(l1_grads, qb, k)):
+            return None
+        return self.ops.fused_scales(self.opt, *means, qb, k,
+                                     *(t for t in others if t is not None))
+
     def forward(self, index: int, need_m: bool = True) -> tuple[Tensor | None, Tensor]:
         """(M, M with dropout) of tile ``index`` (n,r,Lk); ``need_m=False``: M may be None."""
         ns, i0, i1, qb, mb, u = self._tile(index)
-        qk, dist = self.pair.products(qb, ns)
         means = self._means(ns, i0, i1)
+        scales = self._fused(qb, ns, means)
+        if scales is not None:  # q.k, D and Eq. 1-6 in one pass over the L1 kernel's tiles
+            return _coda_l1_ext.fused_forward(qb, self.pair.k[ns], mb, u, self.dropout,
+                                              *scales, need_m)
+        qk, dist = self.pair.products(qb, ns)
         if self.ops.native_forward is not None:
             out = self.ops.native_forward(qk, dist, mb, *means, u, self.dropout, self.opt,
                                           need_m)
@@ -383,25 +406,22 @@ class Rows:
         if not g.need_qk:
             self._grad_values(g, self.forward(index, need_m=False)[1], ns, i0, i1)
             return None
-        # q.k, D and dL/d(M with dropout) from the products (dL/d(M v) v^T in the same pass)
         a, b = (None, None) if g.out is None else (g.out[ns, i0:i1], g.v[ns])
-        qk, dist, *d_md = self.pair.products(qb, ns, a, b)
-        d_md = d_md[0] if d_md else None  # (n,r,Lk)
-        if g.out_t is not None:
-            part = g.v_t[ns, i0:i1] @ g.out_t[ns].transpose(1, 2)
-            d_md = part if d_md is None else d_md + part
         d_m = None if g.weights is None else g.weights[ns, i0:i1]
         shift_e, shift_n = (None if s is None else s[ns] for s in (shifts or (None, None)))
-        means, out = self._means(ns, i0, i1), None
-        if self.ops.native_backward is not None and shift_e is None and shift_n is None:
-            out = self.ops.native_backward(qk, dist, mb, *means, u, self.dropout, d_md, d_m,
-                                           self.opt)
-        if out is None:
-            out = self.ops.backward(qk, dist, mb, *means, keep_factors(u, self.dropout), d_md,
-                                    d_m, shift_e, shift_n, self.opt)
-        md, de, dn = out
-        del qk
-        del d_md
+        means = self._means(ns, i0, i1)
+        scales = (None if g.out_t is not None or shift_e is not None or shift_n is not None
+                  else self._fused(qb, ns, means, a, b, d_m))
+        if scales is not None:
+            # q.k, D and dL/d(M with dropout) = dL/d(M v) v^T recomputed and Eq. 1-6's
+            # derivative applied in one pass over the L1 kernel's tiles
+            dist = None  # (the C++ gradient kernel does not need D)
+            md, de, dn = _coda_l1_ext.fused_backward(
+                qb, self.pair.k[ns], a, b, mb, u, self.dropout, d_m, *scales,
+                need_md=g.dv is not None or g.dv_t is not None)
+        else:
+            md, de, dn, dist = self._backward_separately(qb, ns, i0, i1, mb, u, means, a, b,
+                                                         d_m, shift_e, shift_n, g)
         c = self.centering
         if c.rows:  # the backward of x - rowmean(x): subtract each row's mean gradient
             count = _row_count(mb, self.k.shape[1], qb)
@@ -420,6 +440,25 @@ class Rows:
         if out is not None and grad_qb.data_ptr() != out.data_ptr():
             out.copy_(grad_qb)
         return None
+
+    def _backward_separately(self, qb, ns, i0, i1, mb, u, means, a, b, d_m, shift_e, shift_n,
+                             g: Grads) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(M with dropout, dL/d(q.k), dL/dD, D) of a tile: q.k, D and dL/d(M with dropout)
+        from the products (dL/d(M v) v^T in the same pass), then Eq. 1-6's derivative (C++
+        where it applies, else the compiled block)."""
+        qk, dist, *d_md = self.pair.products(qb, ns, a, b)
+        d_md = d_md[0] if d_md else None  # (n,r,Lk)
+        if g.out_t is not None:
+            part = g.v_t[ns, i0:i1] @ g.out_t[ns].transpose(1, 2)
+            d_md = part if d_md is None else d_md + part
+        out = None
+        if self.ops.native_backward is not None and shift_e is None and shift_n is None:
+            out = self.ops.native_backward(qk, dist, mb, *means, u, self.dropout, d_md, d_m,
+                                           self.opt)
+        if out is None:
+            out = self.ops.backward(qk, dist, mb, *means, keep_factors(u, self.dropout), d_md,
+                                    d_m, shift_e, shift_n, self.opt)
+        return (*out, dist)
 
     @staticmethod
     def _grad_values(g: Grads, md: Tensor, ns: slice, i0: int, i1: int) -> None:

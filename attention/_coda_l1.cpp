@@ -14,6 +14,12 @@
 //                               sigmoid(N), uncentred) and its derivative, with the mask and
 //                               the dropout (from uniforms) applied: attention/coda.py's
 //                               _forward_block and _backward_block in one pass
+//                               (attention/_coda_eq.h)
+//   coda_fused_{forward,backward}_f32
+//                               the forward kernel's q.k and D (and a.b) with Eq. 1-6 (its
+//                               derivative) applied to each tile while it is in L1: M and M
+//                               with dropout (dL/d(q.k), dL/dD, M with dropout) straight from
+//                               q, k (a, b); the same results as the two calls above
 //
 // sign(0) = 0, as autograd's abs (ties are common).  Nothing of size r*lk*d is stored: tiles
 // reduce in registers.
@@ -35,6 +41,9 @@
 // std::thread; nthreads from torch.get_num_threads(); work split over the matrices and the
 // tiles of keys (and, for the gradients of few matrices, over chunks of keys).
 
+#include <type_traits>
+
+#include "_coda_eq.h"
 #include "_simd.h"
 
 #if defined(__AVX512F__)
@@ -171,20 +180,18 @@ struct FlatTile {
   int64_t shift[16];    // output offset of lane 0 within the segment's row (j0 - lane0)
 };
 
-// RT rows (row0..row0+RT-1) of one tile of keys kt (d, 16): D (with L1) and x.y into the
-// segments' outputs; x (n, r, d), outputs (n, r, lk)
+// RT rows (row0..row0+RT-1) of one tile of keys kt (d, 16): the sums over t of |x - y|
+// (with L1) into acc and of x.y into dt, lane by lane; x (n, r, d)
 template <int NS, int RT, bool L1>
-__attribute__((always_inline)) inline void flat_rows(const float* __restrict x, int64_t r,
+__attribute__((always_inline)) inline void flat_sums(const float* __restrict x, int64_t r,
                                                     int64_t d, const float* __restrict kt,
                                                     const FlatTile& ft, int64_t row0,
-                                                    int64_t lk, float* __restrict out,
-                                                    float* __restrict dot) {
+                                                    __m512 (&acc)[RT], __m512 (&dt)[RT]) {
   const int ns = NS ? NS : ft.nseg;
   const float* xp[16][RT];
   for (int s = 0; s < ns; ++s)
     for (int ii = 0; ii < RT; ++ii) xp[s][ii] = x + (ft.m[s] * r + row0 + ii) * d;
   const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
-  __m512 acc[RT], dt[RT];
 #pragma GCC unroll 16
   for (int ii = 0; ii < RT; ++ii) acc[ii] = dt[ii] = _mm512_setzero_ps();
   for (int64_t t = 0; t < d; ++t) {
@@ -201,34 +208,61 @@ __attribute__((always_inline)) inline void flat_rows(const float* __restrict x, 
       dt[ii] = _mm512_fmadd_ps(xv, kv, dt[ii]);
     }
   }
+}
+
+// where row `row`'s lanes go in each segment's (r, lk) output: lane 0's offset (the segment's
+// lanes are its mask's)
+inline void flat_offsets(const FlatTile& ft, int ns, int64_t r, int64_t row, int64_t lk,
+                         int64_t (&at)[16]) {
+  for (int s = 0; s < ns; ++s) at[s] = (ft.m[s] * r + row) * lk + ft.shift[s];
+}
+
+// RT rows of one tile of keys: D (with L1) and x.y into the segments' outputs (n, r, lk)
+template <int NS, int RT, bool L1>
+__attribute__((always_inline)) inline void flat_rows(const float* __restrict x, int64_t r,
+                                                    int64_t d, const float* __restrict kt,
+                                                    const FlatTile& ft, int64_t row0,
+                                                    int64_t lk, float* __restrict out,
+                                                    float* __restrict dot) {
+  const int ns = NS ? NS : ft.nseg;
+  __m512 acc[RT], dt[RT];
+  flat_sums<NS, RT, L1>(x, r, d, kt, ft, row0, acc, dt);
 #pragma GCC unroll 16
-  for (int ii = 0; ii < RT; ++ii)
+  for (int ii = 0; ii < RT; ++ii) {
+    int64_t at[16];
+    flat_offsets(ft, ns, r, row0 + ii, lk, at);
     for (int s = 0; s < ns; ++s) {
-      const int64_t at = (ft.m[s] * r + row0 + ii) * lk + ft.shift[s];
-      if constexpr (L1) _mm512_mask_storeu_ps(out + at, ft.mask[s], acc[ii]);
-      _mm512_mask_storeu_ps(dot + at, ft.mask[s], dt[ii]);
+      if constexpr (L1) _mm512_mask_storeu_ps(out + at[s], ft.mask[s], acc[ii]);
+      _mm512_mask_storeu_ps(dot + at[s], ft.mask[s], dt[ii]);
     }
+  }
 }
 
-template <int NS, bool L1>
-inline void flat_tile(const float* x, int64_t r, int64_t d, const float* kt, const FlatTile& ft,
-                      int64_t lk, float* out, float* dot) {
+// rows(NS, RT, row0, ft, kt, bt) over the rows of one flat tile: blocks of IT rows, then one
+// by one (NS, RT as std::integral_constant)
+template <int NS, typename F>
+inline void flat_row_blocks(int64_t r, const FlatTile& ft, const float* kt, const float* bt,
+                            F& rows) {
+  using S = std::integral_constant<int, NS>;
   int64_t i0 = 0;
-  for (; i0 + IT <= r; i0 += IT) flat_rows<NS, IT, L1>(x, r, d, kt, ft, i0, lk, out, dot);
-  for (; i0 < r; ++i0) flat_rows<NS, 1, L1>(x, r, d, kt, ft, i0, lk, out, dot);
+  for (; i0 + IT <= r; i0 += IT) rows(S{}, std::integral_constant<int, IT>{}, i0, ft, kt, bt);
+  for (; i0 < r; ++i0) rows(S{}, std::integral_constant<int, 1>{}, i0, ft, kt, bt);
 }
 
-// D (with L1) and x.y (n, r, lk) of x (n, r, d), y (n, lk, d) over flat tiles of 16 keys
-template <bool L1>
-void flat_forward(const float* x, const float* y, float* out, float* dot, int64_t n, int64_t r,
-                  int64_t lk, int64_t d, int nthreads) {
+// the flat tiles of 16 keys of y (n, lk, d) read as (n*lk, d), and of yb (n, lk, d2) unless
+// null: each tile's keys transposed into kt (d, 16) (and bt (d2, 16)), its segments found,
+// then rows(...) over its rows (flat_row_blocks); `work`: element operations per (i, j)
+template <typename F>
+void flat_walk(const float* y, const float* yb, int64_t n, int64_t r, int64_t lk, int64_t d,
+               int64_t d2, int64_t work, int nthreads, F&& rows) {
   const int64_t total = n * lk, tiles = (total + 15) / 16;
-  parallel(tiles, nthreads, r * 16 * d, kGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> kbuf(d * 16);
+  parallel(tiles, nthreads, r * 16 * work, kGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> kbuf(d * 16), bbuf(yb ? d2 * 16 : 0);
     FlatTile ft;
     for (int64_t tile = begin; tile < end; ++tile) {
       const int64_t g0 = tile * 16, gn = std::min<int64_t>(16, total - g0);
-      pack(y, d, g0, gn, 16, kbuf);  // y as (n*lk, d): keys g0.. of every matrix in a row
+      pack(y, d, g0, gn, 16, kbuf);  // keys g0.. of every matrix in a row
+      if (yb) pack(yb, d2, g0, gn, 16, bbuf);
       ft.nseg = 0;
       for (int64_t g = g0; g < g0 + gn;) {
         const int64_t m = g / lk, stop = std::min((m + 1) * lk, g0 + gn);
@@ -239,16 +273,28 @@ void flat_forward(const float* x, const float* y, float* out, float* dot, int64_
         ++ft.nseg;
         g = stop;
       }
-      const float* kt = kbuf.data();
+      const float *kt = kbuf.data(), *bt = bbuf.data();
       switch (ft.nseg) {
-        case 1: flat_tile<1, L1>(x, r, d, kt, ft, lk, out, dot); break;
-        case 2: flat_tile<2, L1>(x, r, d, kt, ft, lk, out, dot); break;
-        case 3: flat_tile<3, L1>(x, r, d, kt, ft, lk, out, dot); break;
-        case 4: flat_tile<4, L1>(x, r, d, kt, ft, lk, out, dot); break;
-        default: flat_tile<0, L1>(x, r, d, kt, ft, lk, out, dot); break;
+        case 1: flat_row_blocks<1>(r, ft, kt, bt, rows); break;
+        case 2: flat_row_blocks<2>(r, ft, kt, bt, rows); break;
+        case 3: flat_row_blocks<3>(r, ft, kt, bt, rows); break;
+        case 4: flat_row_blocks<4>(r, ft, kt, bt, rows); break;
+        default: flat_row_blocks<0>(r, ft, kt, bt, rows); break;
       }
     }
   });
+}
+
+// D (with L1) and x.y (n, r, lk) of x (n, r, d), y (n, lk, d) over flat tiles of 16 keys
+template <bool L1>
+void flat_forward(const float* x, const float* y, float* out, float* dot, int64_t n, int64_t r,
+                  int64_t lk, int64_t d, int nthreads) {
+  flat_walk(y, nullptr, n, r, lk, d, 0, d, nthreads,
+            [&](auto ns, auto rt, int64_t row0, const FlatTile& ft, const float* kt,
+                const float*) {
+              flat_rows<decltype(ns)::value, decltype(rt)::value, L1>(x, r, d, kt, ft, row0,
+                                                                      lk, out, dot);
+            });
 }
 #endif
 
@@ -488,115 +534,119 @@ void l1_grads(const T* w, const T* e, const T* q, const T* k, T* gq, T* gk, int6
     }
 }
 
+// -- Eq. 1-6 fused into the forward kernel's tiles (float32; attention/_coda_eq.h) ----------
+// q.k and D (BACKWARD: and a.b, the recomputed dL/d(M with dropout)) of each tile of IT rows
+// and JT keys into buffers of the tile, which stay in L1, then Eq. 1-6 (BACKWARD: its
+// derivative) on the tile's rows by eq_span; short keys: on flat_sums' registers, the
+// segments' inputs by masked loads and outputs by masked stores.  eq's arrays (mask, u, d_w;
+// m, md, de, dn) are laid out (n, r, lk), its qk, dist and d_md unused: q.k, D and dL/dM
+// never go to memory.  The same sums (l1_tile, dot_tile, flat_sums) and the same eq_values
+// as l1_forward followed by eq_run, so the same results.
+constexpr int64_t kEqWork = 64;  // element operations of Eq. 1-6 per (i, j), about
 
-// -- Eq. 1-6 element-wise, float32 (attention/coda.py's _forward_block and _backward_block
-// for the paper's functions: F_E = tanh, F_N = sigmoid, uncentred) ------------------------
-// Over `count` elements of tiles (n, r, lk), all contiguous: the mask (bytes, 0 = masked) and
-// the dropout's uniforms u (kept where u >= p, scaled by 1 / (1 - p)) optional.  One C++ pass
-// instead of a compiled block with its guards and wrappers (about 0.3 ms a call on the
-// short MLU sequences) and the eager dropout factors.  exp: Cephes' single-precision
-// polynomial (about 1 ulp on [-87.3, 88]); tanh and sigmoid from it, within about 1.5e-7
-// absolute of torch's (tests/attention/test_coda_kernels.py).
-using VF = Vec<float>::V;
-using VI = Vec<float>::I;
-using VM = Vec<float>::M;
-constexpr int WF = VBYTES / 4;
-
-__attribute__((always_inline)) inline VF vexp(VF x) {
-  x = x > splat<float>(88.0f) ? splat<float>(88.0f) : x;
-  x = x < splat<float>(-87.3f) ? splat<float>(-87.3f) : x;
-  const VF magic = splat<float>(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  const VF n = (x * 1.44269504088896341f + magic) - magic;
-  VF r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  VF p = splat<float>(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const VF y = p * (r * r) + r + 1.0f;
-  const VI e = (__builtin_convertvector(n, VI) + 127) << 23;  // 2^n
-  return y * (VF)e;
+#if VBYTES == 64
+// a float input of the segments' lanes (0 in lanes of no segment)
+inline VF flat_load(const float* p, const FlatTile& ft, int ns, const int64_t (&at)[16]) {
+  __m512 v = _mm512_setzero_ps();
+  for (int s = 0; s < ns; ++s) v = _mm512_mask_loadu_ps(v, ft.mask[s], p + at[s]);
+  return (VF)v;
 }
 
-__attribute__((always_inline)) inline VF vtanh(VF x) {
-  const VI sign = VI{} + INT32_MIN;
-  const VF t = vexp((VF)((VI)x | sign) * 2.0f);  // exp(-2|x|), in (0, 1]
-  const VF y = (1.0f - t) / (1.0f + t);
-  return (VF)((VI)y | ((VI)x & sign));
+inline VM flat_load_mask(const uint8_t* p, const FlatTile& ft, int ns,
+                         const int64_t (&at)[16]) {
+  __m128i v = _mm_setzero_si128();
+  for (int s = 0; s < ns; ++s) v = _mm_mask_loadu_epi8(v, ft.mask[s], p + at[s]);
+  return load<VM>(&v);
 }
 
-__attribute__((always_inline)) inline VF vsigmoid(VF x) { return 1.0f / (1.0f + vexp(-x)); }
-
-struct Eq {
-  const float *qk, *dist, *u, *d_md, *d_w;
-  const uint8_t* mask;
-  float *m, *md, *de, *dn;
-  float es, ns, gs, p, ps;
-};
-
-// WF elements at offset i of every array of a (pointers as given or WF-long buffers)
-template <bool BACKWARD>
-__attribute__((always_inline)) inline void eq_vector(const Eq& a, int64_t i) {
-  const VF te = vtanh(load<VF>(a.qk + i) * a.es);
-  const VF gn = vsigmoid(load<VF>(a.dist + i) * a.ns);
-  const VF g = gn * a.gs;
-  VF m = te * g;
-  VI valid = VI{} - 1;
-  if (a.mask) valid = __builtin_convertvector(load<VM>(a.mask + i), VI) != 0;
-  m = valid ? m : VF{};
-  const VF keep = a.u ? (load<VF>(a.u + i) >= a.p ? splat<float>(a.ps) : VF{}) : VF{};
-  if constexpr (!BACKWARD) {
-    if (a.m) store(a.m + i, m);
-    store(a.md + i, a.u ? m * keep : m);
-  } else {
-    VF dm = a.d_md ? load<VF>(a.d_md + i) : VF{};
-    if (a.u) dm = dm * keep;
-    if (a.d_w) dm = dm + load<VF>(a.d_w + i);
-    dm = valid ? dm : VF{};
-    store(a.md + i, a.u ? m * keep : m);
-    store(a.de + i, (dm * g * (1.0f - te * te)) * a.es);
-    store(a.dn + i, (dm * te * (gn * (1.0f - gn) * a.gs)) * a.ns);
-  }
+inline void flat_store(float* p, const FlatTile& ft, int ns, const int64_t (&at)[16], VF v) {
+  for (int s = 0; s < ns; ++s) _mm512_mask_storeu_ps(p + at[s], ft.mask[s], (__m512)v);
 }
 
-// the last count % WF elements through buffers of WF lanes (each lane computed as in eq_vector)
-template <bool BACKWARD>
-void eq_tail(const Eq& a, int64_t i0, int64_t n) {
-  float in[5][WF] = {}, out[4][WF] = {};
-  uint8_t mbuf[WF] = {};
-  const float* src[5] = {a.qk, a.dist, a.u, a.d_md, a.d_w};
-  float* dst[4] = {a.m, a.md, a.de, a.dn};
-  Eq b = a;
-  const float** bsrc[5] = {&b.qk, &b.dist, &b.u, &b.d_md, &b.d_w};
-  float** bdst[4] = {&b.m, &b.md, &b.de, &b.dn};
-  for (int s = 0; s < 5; ++s)
-    if (src[s]) {
-      std::copy(src[s] + i0, src[s] + i0 + n, in[s]);
-      *bsrc[s] = in[s];
+template <int NS, int RT, bool BACKWARD>
+__attribute__((always_inline)) inline void flat_eq_rows(const float* x, const float* a,
+                                                       int64_t r, int64_t d, int64_t d2,
+                                                       const float* kt, const float* bt,
+                                                       const FlatTile& ft, int64_t row0,
+                                                       int64_t lk, const Eq& eq) {
+  const int ns = NS ? NS : ft.nseg;
+  __m512 acc[RT], dt[RT], ab[RT] = {}, unused[RT];
+  flat_sums<NS, RT, true>(x, r, d, kt, ft, row0, acc, dt);
+  if (BACKWARD && a) flat_sums<NS, RT, false>(a, r, d2, bt, ft, row0, unused, ab);
+#pragma GCC unroll 16
+  for (int ii = 0; ii < RT; ++ii) {
+    int64_t at[16];
+    flat_offsets(ft, ns, r, row0 + ii, lk, at);
+    EqIn in;
+    in.qk = (VF)dt[ii];
+    in.dist = (VF)acc[ii];
+    in.valid = eq.mask ? eq_valid(flat_load_mask(eq.mask, ft, ns, at)) : VI{} - 1;
+    in.dropout = eq.u != nullptr;
+    in.keep = in.dropout ? eq_keep(flat_load(eq.u, ft, ns, at), eq.s) : VF{};
+    in.d_md = BACKWARD && a ? (VF)ab[ii] : VF{};
+    in.has_dw = eq.d_w != nullptr;
+    in.d_w = in.has_dw ? flat_load(eq.d_w, ft, ns, at) : VF{};
+    const EqOut o = eq_values<BACKWARD>(in, eq.s);
+    if (eq.m) flat_store(eq.m, ft, ns, at, o.m);
+    if (eq.md) flat_store(eq.md, ft, ns, at, o.md);
+    if constexpr (BACKWARD) {
+      flat_store(eq.de, ft, ns, at, o.de);
+      flat_store(eq.dn, ft, ns, at, o.dn);
     }
-  if (a.mask) {
-    std::copy(a.mask + i0, a.mask + i0 + n, mbuf);
-    b.mask = mbuf;
   }
-  for (int s = 0; s < 4; ++s)
-    if (dst[s]) *bdst[s] = out[s];
-  eq_vector<BACKWARD>(b, 0);
-  for (int s = 0; s < 4; ++s)
-    if (dst[s]) std::copy(out[s], out[s] + n, dst[s] + i0);
 }
+#endif
 
 template <bool BACKWARD>
-void eq_run(const Eq& a, int64_t count, int nthreads) {
-  constexpr int64_t kChunk = 64 * WF;
-  const int64_t chunks = (count + kChunk - 1) / kChunk;
-  parallel(chunks, nthreads, kChunk * 64, kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      const int64_t i0 = c * kChunk, i1 = std::min(count, i0 + kChunk);
-      int64_t i = i0;
-      for (; i + WF <= i1; i += WF) eq_vector<BACKWARD>(a, i);
-      if (i < i1) eq_tail<BACKWARD>(a, i, i1 - i);
+void fused_forward(const float* q, const float* k, const float* a, const float* b, const Eq& eq,
+                   int64_t n, int64_t r, int64_t lk, int64_t d, int64_t d2, int nthreads) {
+  const int64_t work = d + (a ? d2 : 0) + kEqWork;
+#if VBYTES == 64
+  if (flat_keys<float>(lk)) {
+    flat_walk(k, a ? b : nullptr, n, r, lk, d, d2, work, nthreads,
+              [&](auto ns, auto rt, int64_t row0, const FlatTile& ft, const float* kt,
+                  const float* bt) {
+                flat_eq_rows<decltype(ns)::value, decltype(rt)::value, BACKWARD>(
+                    q, a, r, d, d2, kt, bt, ft, row0, lk, eq);
+              });
+    return;
+  }
+#endif
+  constexpr int J = JV_QK, JT = J * WF;
+  const int64_t itiles = (r + IT - 1) / IT, jtiles = (lk + JT - 1) / JT;
+  parallel(n * jtiles, nthreads, IT * itiles * JT * work, kGrain,
+           [&](int64_t begin, int64_t end) {
+    std::vector<float> kbuf(d * JT), bbuf(a ? d2 * JT : 0), xbuf(IT * d), abuf(a ? IT * d2 : 0);
+    std::vector<float> dist(IT * JT), dot(IT * JT), dot2(IT * JT);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t m = item / jtiles, j0 = (item % jtiles) * JT;
+      const int64_t jn = std::min<int64_t>(JT, lk - j0);
+      pack(k + m * lk * d, d, j0, jn, JT, kbuf);
+      if (a) pack(b + m * lk * d2, d2, j0, jn, JT, bbuf);
+      for (int64_t i0 = 0; i0 < r; i0 += IT) {
+        const int64_t in = std::min<int64_t>(IT, r - i0);
+        const float* x = q + (m * r + i0) * d;
+        const float* xa = a ? a + (m * r + i0) * d2 : nullptr;
+        if (in < IT) {  // the last rows, zero-padded
+          std::fill(xbuf.begin(), xbuf.end(), 0.0f);
+          std::copy(x, x + in * d, xbuf.data());
+          x = xbuf.data();
+          if (a) {
+            std::fill(abuf.begin(), abuf.end(), 0.0f);
+            std::copy(xa, xa + in * d2, abuf.data());
+            xa = abuf.data();
+          }
+        }
+        l1_tile<float, true>(x, d, kbuf.data(), JT, dist.data(), dot.data(), JT);
+        if (a) dot_tile<float, J>(xa, d2, bbuf.data(), JT, dot2.data(), JT);
+        for (int64_t ii = 0; ii < in; ++ii) {
+          Eq row = eq.shifted((m * r + i0 + ii) * lk + j0);
+          row.qk = dot.data() + ii * JT;
+          row.dist = dist.data() + ii * JT;
+          row.d_md = a ? dot2.data() + ii * JT : nullptr;
+          eq_span<BACKWARD>(row, jn);
+        }
+      }
     }
   });
 }
@@ -652,20 +702,41 @@ void coda_l1_grads_f64(const double* w, const double* e, const double* q, const 
 void coda_eq_forward_f32(const float* qk, const float* dist, const uint8_t* mask,
                          const float* u, float* m, float* md, int64_t count, float es,
                          float ns, float gs, double p, int nthreads) {
-  Eq a{qk, dist, u, nullptr, nullptr, mask, m, md, nullptr, nullptr, es, ns, gs, (float)p,
-       1.0f / (float)(1.0 - p)};
+  Eq a{qk, dist, u, nullptr, nullptr, mask, m, md, nullptr, nullptr, eq_scales(es, ns, gs, p)};
   eq_run<false>(a, count, nthreads);
 }
 
 // Eq. 1-6 backward: from the gradients of M with dropout (d_md) and of M (d_w), either
-// null, M with dropout (md), dL/d(q.k) (de) and dL/dD (dn)
+// null, M with dropout (md, unless null), dL/d(q.k) (de) and dL/dD (dn)
 void coda_eq_backward_f32(const float* qk, const float* dist, const uint8_t* mask,
                           const float* u, const float* d_md, const float* d_w, float* md,
                           float* de, float* dn, int64_t count, float es, float ns, float gs,
                           double p, int nthreads) {
-  Eq a{qk, dist, u, d_md, d_w, mask, nullptr, md, de, dn, es, ns, gs, (float)p,
-       1.0f / (float)(1.0 - p)};
+  Eq a{qk, dist, u, d_md, d_w, mask, nullptr, md, de, dn, eq_scales(es, ns, gs, p)};
   eq_run<true>(a, count, nthreads);
+}
+
+// coda_l1_forward_f32's q.k and D of q (n,r,d), k (n,lk,d) and coda_eq_forward_f32 on them
+// in one pass over the tiles (mask and u (n,r,lk) as there; m, md (n,r,lk))
+void coda_fused_forward_f32(const float* q, const float* k, const uint8_t* mask,
+                            const float* u, float* m, float* md, int64_t n, int64_t r,
+                            int64_t lk, int64_t d, float es, float ns, float gs, double p,
+                            int nthreads) {
+  Eq eq{nullptr, nullptr, u, nullptr, nullptr, mask, m, md, nullptr, nullptr,
+        eq_scales(es, ns, gs, p)};
+  fused_forward<false>(q, k, nullptr, nullptr, eq, n, r, lk, d, 0, nthreads);
+}
+
+// q.k, D and a.b (a (n,r,d2), b (n,lk,d2), or both null: no gradient of M with dropout)
+// and coda_eq_backward_f32 on them (d_md = a.b) in one pass over the tiles
+void coda_fused_backward_f32(const float* q, const float* k, const float* a, const float* b,
+                             const uint8_t* mask, const float* u, const float* d_w, float* md,
+                             float* de, float* dn, int64_t n, int64_t r, int64_t lk, int64_t d,
+                             int64_t d2, float es, float ns, float gs, double p,
+                             int nthreads) {
+  Eq eq{nullptr, nullptr, u, nullptr, d_w, mask, nullptr, md, de, dn,
+        eq_scales(es, ns, gs, p)};
+  fused_forward<true>(q, k, a, b, eq, n, r, lk, d, d2, nthreads);
 }
 
 }  // extern "C"

@@ -1,5 +1,7 @@
 """CoDA's L1 kernels in C++ (:file:`attention/_coda_l1.cpp`), and its Eq. 1-6 for the paper's
-functions in float32 (:func:`eq_forward`, :func:`eq_backward`), built once per machine and loaded
+functions in float32 (:file:`attention/_coda_eq.h`), as a pass of its own (:func:`eq_forward`,
+:func:`eq_backward`) or fused into the L1 kernel's tiles (:func:`fused_forward`,
+:func:`fused_backward`: q.k, D and dL/dM never go to memory), built once per machine and loaded
 by :class:`attention._native.NativeLibrary` (the build, its cache and flags per CPU capability,
 the fallbacks: see there; cache folder ``attnrepro_coda_l1``).
 
@@ -32,6 +34,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     f32, f64 = ctypes.c_float, ctypes.c_double
     lib.coda_eq_forward_f32.argtypes = [p] * 6 + [i64, f32, f32, f32, f64, c_int]
     lib.coda_eq_backward_f32.argtypes = [p] * 9 + [i64, f32, f32, f32, f64, c_int]
+    lib.coda_fused_forward_f32.argtypes = [p] * 6 + [i64] * 4 + [f32, f32, f32, f64, c_int]
+    lib.coda_fused_backward_f32.argtypes = [p] * 10 + [i64] * 5 + [f32, f32, f32, f64, c_int]
 
 
 #: the library (``LIBRARY.enabled``: ``ATTNREPRO_CODA_CPP`` is not 0)
@@ -148,4 +152,51 @@ def eq_backward(qk: Tensor, dist: Tensor, mask: Tensor | None, u: Tensor | None,
     LIBRARY.library().coda_eq_backward_f32(
         ptr(qk), ptr(dist), ptr(mask), ptr(u), ptr(d_md), ptr(d_m), ptr(md), ptr(de), ptr(dn),
         qk.numel(), e_scale, n_scale, gate_scale, p, torch.get_num_threads())
+    return md, de, dn
+
+
+# -- q.k, D and Eq. 1-6 in one pass over the L1 kernel's tiles (float32) ----------------------
+def fused_forward(q: Tensor, k: Tensor, mask: Tensor | None, u: Tensor | None, p: float,
+                  e_scale: float, n_scale: float, gate_scale: float,
+                  need_m: bool = True) -> tuple[Tensor | None, Tensor]:
+    """:func:`eq_forward` of :func:`products` (q (n,r,d), k (n,Lk,d)) in one pass: Eq. 1-6
+    applied to each tile of q.k and D while it is in L1, the same results bit for bit."""
+    q, k = q.detach().contiguous(), k.detach().contiguous()
+    n, r, d = q.shape
+    lk = k.shape[1]
+    shape = torch.Size((n, r, lk))
+    mask, u = _flat(mask, shape), _flat(u, shape)
+    md = q.new_empty(shape)
+    m = md if u is None else (q.new_empty(shape) if need_m else None)
+    if md.numel():
+        with torch.profiler.record_function("coda_fused_forward"):
+            LIBRARY.library().coda_fused_forward_f32(
+                ptr(q), ptr(k), ptr(mask), ptr(u), ptr(None if m is md else m), ptr(md), n, r,
+                lk, d, e_scale, n_scale, gate_scale, p, torch.get_num_threads())
+    return m, md
+
+
+def fused_backward(q: Tensor, k: Tensor, a: Tensor | None, b: Tensor | None,
+                   mask: Tensor | None, u: Tensor | None, p: float, d_m: Tensor | None,
+                   e_scale: float, n_scale: float, gate_scale: float,
+                   need_md: bool = True) -> tuple[Tensor | None, Tensor, Tensor]:
+    """:func:`eq_backward` of :func:`products` (q.k, D and d_md = a.b; a (n,r,d2),
+    b (n,Lk,d2), or both None: no gradient of M with dropout) in one pass over the tiles:
+    (M with dropout, or None without ``need_md``; dL/d(q.k); dL/dD), the same bits."""
+    q, k = q.detach().contiguous(), k.detach().contiguous()
+    if a is not None:
+        a, b = a.detach().contiguous(), b.detach().contiguous()
+    n, r, d = q.shape
+    lk = k.shape[1]
+    d2 = 0 if a is None else a.shape[2]
+    shape = torch.Size((n, r, lk))
+    mask, u, d_m = (_flat(t, shape) for t in (mask, u, d_m))
+    md = q.new_empty(shape) if need_md else None
+    de, dn = q.new_empty(shape), q.new_empty(shape)
+    if de.numel():
+        with torch.profiler.record_function("coda_fused_backward"):
+            LIBRARY.library().coda_fused_backward_f32(
+                ptr(q), ptr(k), ptr(a), ptr(b), ptr(mask), ptr(u), ptr(d_m), ptr(md), ptr(de),
+                ptr(dn), n, r, lk, d, d2, e_scale, n_scale, gate_scale, p,
+                torch.get_num_threads())
     return md, de, dn

@@ -181,11 +181,26 @@ def _native_backward(qk, dist, mask, mean_e, mean_n, u, p: float, d_md, d_m, opt
                                     2.0 if opt.gate == "scaled" else 1.0)
 
 
-#: the blocks as the kernels run them (C++ where it applies, else compiled;
-#: :mod:`attention._coda_kernels`)
+#: where the C++ Eq. 1-6 applies, run it inside the C++ L1 kernel's tiles
+#: (:func:`attention._coda_l1_ext.fused_forward`, ``fused_backward``) rather than as a pass of
+#: its own over q.k and D; tests switch it off to compare the two
+FUSED_EQ = True
+
+
+def _fused_scales(opt: _Options, mean_e, mean_n, *tensors) -> tuple[float, float, float] | None:
+    """(e_scale, n_scale, gate_scale) for the fused kernels where they compute this tile
+    (:data:`FUSED_EQ`, and :func:`_native_applies`), else None."""
+    if not (FUSED_EQ and _native_applies(opt, mean_e, mean_n, *tensors)):
+        return None
+    return opt.e_scale, opt.n_scale, 2.0 if opt.gate == "scaled" else 1.0
+
+
+#: the blocks as the kernels run them (C++ where it applies, fused into the L1 kernel's tiles,
+#: else compiled; :mod:`attention._coda_kernels`)
 _OPS = BlockOps(factors=_factors, forward=TileKernel(_forward_block, full=(0, 1, 5)),
                 backward=TileKernel(_backward_block, full=(0, 1, 5, 6, 7)),
-                native_forward=_native_forward, native_backward=_native_backward)
+                native_forward=_native_forward, native_backward=_native_backward,
+                fused_scales=_fused_scales)
 
 
 # -- the functional layer --------------------------------------------------------------------

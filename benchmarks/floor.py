@@ -16,7 +16,12 @@ new random order (:func:`benchmarks.take_turns`), one run each of:
   ``mv_fwd`` (M v), ``l1_bwd`` (the backward's recomputed q.k and D, and dL/d(M v) v^T beside
   them), ``gate_bwd`` (the derivative block, C++ or compiled likewise), ``mv_bwd``
   (dL/dv = M^T dL/d(M v)),
-  ``l1_grads`` (the C++ gradient kernel: dL/dq, dL/dk of the L1 term and of q.k);
+  ``l1_grads`` (the C++ gradient kernel: dL/dq, dL/dk of the L1 term and of q.k); where CoDA
+  runs Eq. 1-6 fused into the C++ forward kernel's tiles (float32, the paper's functions:
+  :data:`attention.coda.FUSED_EQ`, as here), ``l1_eq_fwd`` (q.k, D and Eq. 1-6 in one pass)
+  and ``l1_eq_bwd`` (q.k, D, dL/d(M v) v^T and Eq. 1-6's derivative in one pass) take the
+  places of ``l1_fwd`` + ``gate_fwd`` and ``l1_bwd`` + ``gate_bwd``, timed as CoDA runs them
+  (the floor below does not change: the same work, counted the same way);
 - probes of this CPU's peaks (:mod:`benchmarks.peak`): ``matmul`` (a 1024^3 float32 product,
   MKL), ``l1_cache`` (the C++ L1 kernel, D alone, on one 256 x 256 x 64 matrix pair that stays
   in cache, repeated), ``exp_cache`` (torch.exp over 256K floats in cache).
@@ -74,6 +79,7 @@ def coda_parts(b: int, h: int, length: int, d: int) -> dict[str, Probe]:
     tiles, options and kernels its autograd function uses; ``ops`` counts lane-operations
     (the products' multiply-adds and the L1 term's operations per (i, j, t), per part), or
     elements for the element-wise blocks."""
+    from attention import _coda_l1_ext
     from attention._coda_kernels import L1Pair, tiles
     from attention.coda import _OPS, _Options
 
@@ -98,6 +104,8 @@ def coda_parts(b: int, h: int, length: int, d: int) -> dict[str, Probe]:
                 if out is None else out)
 
     md0, de0, dn0 = gate_bwd()
+    # Eq. 1-6 fused into the C++ forward kernel's tiles, where CoDA runs it so (Rows._fused)
+    scales = _OPS.fused_scales(opt, None, None, qb0, k[n0:n1])
     grad_k = torch.zeros_like(k)
     grad_v = torch.zeros_like(v)
 
@@ -125,6 +133,18 @@ def coda_parts(b: int, h: int, length: int, d: int) -> dict[str, Probe]:
                                                                  de0)),
                      unit * (L1_OPS["gradients"] + 2), "dL/dq, dL/dk of D and q.k (C++)"),
     }
+    if scales is not None:
+        fused = {
+            "l1_eq_fwd": (each_tile(lambda ns, r0, r1, qb: _coda_l1_ext.fused_forward(
+                qb, k[ns], None, None, 0.0, *scales, need_m=False)),
+                unit * (L1_OPS["forward"] + 1), "q.k, D and Eq. 1-6 in one pass (C++, fused)"),
+            "l1_eq_bwd": (each_tile(lambda ns, r0, r1, qb: _coda_l1_ext.fused_backward(
+                qb, k[ns], g_out[ns, r0:r1], v[ns], None, None, 0.0, None, *scales)),
+                unit * (L1_OPS["recomputed"] + 2),
+                "q.k, D, dL/dM recomputed and Eq. 1-6's derivative in one pass (C++, fused)")}
+        parts = {"l1_eq_fwd": fused["l1_eq_fwd"], "mv_fwd": parts["mv_fwd"],
+                 "l1_eq_bwd": fused["l1_eq_bwd"], "mv_bwd": parts["mv_bwd"],
+                 "l1_grads": parts["l1_grads"]}
     return {name: Probe(fn, ops, what) for name, (fn, ops, what) in parts.items()}
 
 

@@ -321,7 +321,8 @@ def test_switched_off_by_the_environment(monkeypatch):
 @pytest.fixture
 def native_eq(monkeypatch):
     """The C++ kernels on, Eq. 1-6 included (the module's own blocks, not the eager ones of
-    ``native``); counts the calls of the C++ element-wise kernels in ``calls``."""
+    ``native``); counts the calls of the C++ element-wise kernels in ``calls`` (a separate
+    pass or fused into the L1 kernel's tiles alike)."""
     if native_lib.compiler() is None:
         pytest.skip("no C++ compiler")
     monkeypatch.setattr(compiled, "COMPILE", True)
@@ -338,6 +339,9 @@ def native_eq(monkeypatch):
 
     monkeypatch.setattr(ext, "eq_forward", counted("forward", ext.eq_forward))
     monkeypatch.setattr(ext, "eq_backward", counted("backward", ext.eq_backward))
+    # fused into the L1 kernel's tiles (coda.FUSED_EQ): the same C++ Eq. 1-6, counted alike
+    monkeypatch.setattr(ext, "fused_forward", counted("forward", ext.fused_forward))
+    monkeypatch.setattr(ext, "fused_backward", counted("backward", ext.fused_backward))
     return calls
 
 
@@ -427,3 +431,153 @@ def test_eq_in_cpp_equals_the_compiled_blocks_with_dropout(native_eq, monkeypatc
     for a, b_ in zip(fast, run(), strict=True):
         torch.testing.assert_close(a, b_, atol=1e-6, rtol=1e-5)
     assert native_eq == {"forward": 1, "backward": 1}  # the second run compiled
+
+
+# -- Eq. 1-6 fused into the L1 kernel's tiles (attention._coda_l1_ext.fused_forward, ..._backward)
+def test_fused_kernels_equal_the_separate_passes(native_eq):
+    """fused_forward / fused_backward against products + eq_forward / eq_backward (the separate
+    passes they replace) on the same tensors: bit for bit (the same sums, then eq_vector's
+    arithmetic on the same values), with and without mask, dropout, the third product and the
+    gradient of M, on the keys' tiles with tails and on the flat tiles of short keys."""
+    es, ns = 0.125, -0.125
+    for n, r, lk, d, d2 in [(2, 9, 70, 20, 20), (3, 5, 129, 64, 64), (1, 4, 64, 16, 7),
+                            (4, 7, 5, 32, 32), (5, 3, 17, 19, 5), (3, 17, 33, 8, 8),
+                            (2, 6, 63, 64, 64), (7, 1, 1, 3, 3)]:
+        g = torch.Generator().manual_seed(n * r * lk)
+        q, a = torch.randn(n, r, d, generator=g), torch.randn(n, r, d2, generator=g)
+        k, b = torch.randn(n, lk, d, generator=g), torch.randn(n, lk, d2, generator=g)
+        mask = torch.rand(n, r, lk, generator=g) > 0.2
+        u = torch.rand(n, r, lk, generator=g)
+        d_m = torch.randn(n, r, lk, generator=g)
+        for m_, u_, p, gs in ((None, None, 0.0, 2.0), (mask, u, 0.3, 2.0), (mask, None, 0.0, 1.0),
+                              (None, u, 0.5, 1.0)):
+            qk, dist, ab = ext.products(q, k, a, b)
+            want = ext.eq_forward(qk, dist, m_, u_, p, es, ns, gs)
+            got = ext.fused_forward(q, k, m_, u_, p, es, ns, gs)
+            for x, y in zip(got, want):
+                assert torch.equal(x, y)
+            if u_ is not None:  # M not wanted: only M with dropout
+                m_none, md = ext.fused_forward(q, k, m_, u_, p, es, ns, gs, need_m=False)
+                assert m_none is None and torch.equal(md, want[1])
+            for a_, b_, dm_ in ((a, b, None), (a, b, d_m), (None, None, d_m)):
+                want = ext.eq_backward(qk, dist, m_, u_, p, None if a_ is None else ab, dm_,
+                                       es, ns, gs)
+                got = ext.fused_backward(q, k, a_, b_, m_, u_, p, dm_, es, ns, gs)
+                for x, y in zip(got, want):
+                    assert torch.equal(x, y)
+                md, de, dn = ext.fused_backward(q, k, a_, b_, m_, u_, p, dm_, es, ns, gs,
+                                                need_md=False)
+                assert md is None and torch.equal(de, want[1]) and torch.equal(dn, want[2])
+
+
+def test_fused_kernels_do_not_depend_on_the_threads(native_eq):
+    """One thread against two and three: the tiles' results do not depend on the split."""
+    g = torch.Generator().manual_seed(11)
+    threads = torch.get_num_threads()
+    for lk in (300, 17):
+        q, a = torch.randn(6, 37, 24, generator=g), torch.randn(6, 37, 24, generator=g)
+        k, b = torch.randn(6, lk, 24, generator=g), torch.randn(6, lk, 24, generator=g)
+        mask, u = torch.rand(6, 37, lk, generator=g) > 0.2, torch.rand(6, 37, lk, generator=g)
+        results = []
+        try:
+            for count in (1, 2, 3):
+                torch.set_num_threads(count)
+                results.append((*ext.fused_forward(q, k, mask, u, 0.3, 0.2, -0.2, 2.0),
+                                *ext.fused_backward(q, k, a, b, mask, u, 0.3, None, 0.2, -0.2,
+                                                    2.0)))
+        finally:
+            torch.set_num_threads(threads)
+        for other in results[1:]:
+            for x, y in zip(results[0], other):
+                assert torch.equal(x, y)
+
+
+#: (B, H, Lq, Lk, d): L=512 multi-head (several tiles), keys' tiles with tails, and the flat
+#: tiles of short keys (Lk < 64) with every kind of segment
+FUSED_SHAPES = [(1, 2, 512, 512, 64), (2, 3, 40, 70, 20), (3, 4, 7, 5, 32), (2, 3, 17, 17, 16),
+                (2, 2, 9, 33, 8), (2, 2, 30, 63, 64)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("shape", FUSED_SHAPES, ids=str)
+def test_fused_coda_equals_the_separate_passes(native_eq, monkeypatch, shape, dropout, threads):
+    """CoDA through the fused kernels (coda.FUSED_EQ) against the separate passes (q.k and D,
+    then the C++ Eq. 1-6), the same dropout seed: M v, M and the gradients of q, k and v from
+    both outputs equal bit for bit, with masked keys and fully masked query rows, with and
+    without the weights output, at 1 and 2 threads."""
+    b, h, lq, lk, d = shape
+    g = torch.Generator().manual_seed(lq * lk + d)
+    q = torch.randn(b, h, lq, d, generator=g, requires_grad=True)
+    k, v = (torch.randn(b, h, lk, d, generator=g, requires_grad=True) for _ in range(2))
+    key_mask = torch.ones(b, lk, dtype=torch.bool)
+    key_mask[-1, lk // 2 + 1:] = False
+    query_mask = torch.ones(b, lq, dtype=torch.bool)
+    query_mask[0, lq // 2 + 1:] = False  # padded query rows: every key masked
+    pair = query_mask[:, None, :, None] & key_mask[:, None, None, :]
+    c_out = torch.randn(b, h, lq, d, generator=g)
+    c_m = torch.randn(b, h, lq, lk, generator=g)
+
+    def run(mask, need_weights):
+        torch.manual_seed(3)  # the dropout seed
+        out, _, m = impl._coda(q, k, v, mask, need_weights=need_weights, dropout=dropout,
+                               gate="scaled")
+        loss = (out * c_out).sum() + (0 if m is None else (m * c_m).sum())
+        return (out, *([] if m is None else [m]), *torch.autograd.grad(loss, (q, k, v)))
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for mask in (None, key_mask[:, None, None, :], pair):
+            for need_weights in (False, True):
+                native_eq.update(forward=0, backward=0)
+                monkeypatch.setattr(impl, "FUSED_EQ", True)
+                calls = {"forward": 0, "backward": 0}
+                fns = {name: getattr(ext, f"fused_{name}") for name in calls}
+
+                def counted(name, calls=calls, fns=fns):
+                    def run_fused(*args, **kwargs):
+                        calls[name] += 1
+                        return fns[name](*args, **kwargs)
+                    return run_fused
+
+                for name in calls:
+                    monkeypatch.setattr(ext, f"fused_{name}", counted(name))
+                fast = run(mask, need_weights)
+                for name in calls:
+                    monkeypatch.setattr(ext, f"fused_{name}", fns[name])
+                assert calls["forward"] > 0 and calls["backward"] == calls["forward"]
+                monkeypatch.setattr(impl, "FUSED_EQ", False)
+                separate = run(mask, need_weights)
+                # the separate passes ran too (native_eq counts both kinds)
+                assert native_eq["forward"] == 2 * calls["forward"]
+                for x, y in zip(fast, separate, strict=True):
+                    assert torch.equal(x, y)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_fused_coda_keeps_the_separate_path_where_it_does_not_apply(native_eq, monkeypatch):
+    """float64, centring, the other functions and both directions' products stay on the
+    separate passes (the fused kernels never called), and float64 passes gradcheck."""
+    calls = {"forward": 0, "backward": 0}
+    for name in ("forward", "backward"):
+        fn = getattr(ext, f"fused_{name}")
+        monkeypatch.setattr(ext, f"fused_{name}",
+                            lambda *a, name=name, fn=fn, **kw: (calls.__setitem__(
+                                name, calls[name] + 1), fn(*a, **kw))[1])
+    g = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(2, 5, 6, generator=g, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    mask = torch.rand(2, 5, 5, generator=g) > 0.2
+    assert torch.autograd.gradcheck(lambda q, k, v: coda_fn(q, k, v, mask, gate="scaled"),
+                                    (q, k, v))
+    f32 = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    for options in (dict(gate="centered"), dict(gate="scaled", center_e=True),
+                    dict(gate="plain", e_fn="sigmoid", n_fn="arctan")):
+        compare(*f32, mask, atol=2e-5, rtol=1e-4, **options)
+    out_t = impl._coda(*f32, mask, v_t=f32[0], gate="scaled")[1]  # M^T v_t as well
+    out_t.sum().backward()
+    assert calls == {"forward": 1, "backward": 0}  # only the last forward (float32, uncentred)
+    compare(*f32, mask, atol=2e-5, rtol=1e-4, gate="scaled")  # and fused here
+    assert calls == {"forward": 2, "backward": 1}

@@ -283,6 +283,7 @@ def test_floor_benchmark_states_coda_against_its_floor_and_sdpa(tmp_path):
     (result,) = [json.loads(line) for line in out.read_text().splitlines()]
     parts = {"l1_fwd", "gate_fwd", "mv_fwd", "l1_bwd", "gate_bwd", "mv_bwd", "l1_grads"}
     assert {"softmax", "coda", "matmul", "exp_cache"} | parts <= result["rows"].keys()
+    assert not {"l1_eq_fwd", "l1_eq_bwd"} & result["rows"].keys()  # no C++: nothing fused
     assert result["floor_ms"] > 0 and set(result["floor_parts_ms"]) == {
         "products", "l1", "element-wise"}
     for key in ("coda_vs_floor", "coda_vs_softmax", "softmax_vs_its_floor"):
@@ -292,6 +293,25 @@ def test_floor_benchmark_states_coda_against_its_floor_and_sdpa(tmp_path):
     assert result["units"]["products"] == 7 and sum(result["units"]["l1"].values()) == 11
     setting = result["setting"]
     assert setting["threads"] == 1 and "cores" in setting["machine"] and setting["commit"]
+
+
+def test_floor_times_the_fused_kernels_where_coda_runs_them(monkeypatch):
+    """With the C++ kernels and Eq. 1-6 fused into their tiles (float32, the paper's
+    functions), the floor's parts are the fused passes, as CoDA runs them; with the fusion
+    off, the separate ones."""
+    from attention import _coda_l1_ext, _native
+    from attention import coda as impl
+    from benchmarks import floor
+
+    if _native.compiler() is None or _coda_l1_ext.library() is None:
+        pytest.skip("no C++ kernels")
+    fused = floor.coda_parts(1, 2, 24, 8)
+    assert list(fused) == ["l1_eq_fwd", "mv_fwd", "l1_eq_bwd", "mv_bwd", "l1_grads"]
+    for probe in fused.values():
+        probe.fn()
+    monkeypatch.setattr(impl, "FUSED_EQ", False)
+    assert list(floor.coda_parts(1, 2, 24, 8)) == ["l1_fwd", "gate_fwd", "mv_fwd", "l1_bwd",
+                                                  "gate_bwd", "mv_bwd", "l1_grads"]
 
 
 def test_model_cost_mfu_counts_flops_and_measures_peaks(tmp_path):
