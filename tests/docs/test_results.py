@@ -56,8 +56,8 @@ MACHINE_NOT_RECORDED = {
                          "their hparams.yaml",
     "coda_mt_small.md": "runs of 2026-11-23, before machine/* (172447e); only BLEU files "
                         "committed",
-    "coda_ranking_wikiqa_cpu.md": "runs of 2026-11-23, before machine/* (172447e); only final "
-                                  "scores committed",
+    "coda_ranking_wikiqa_cpu.md": "the first runs (2026-11-23) predate machine/* (172447e); "
+                                  "only their final scores committed (the rerun records it)",
     "decoding_bench.md": "a benchmark of 2026-11-23: it prints no machine, its commits name none",
     "dwin_classification_cost.md": "the runs' hparams.yaml (machine/*) were left uncommitted in "
                                    "/work/cost_runs",
@@ -69,8 +69,7 @@ MACHINE_NOT_RECORDED = {
                                  "before/after pair records one",
     "qadm_mt_small.md": "runs of 2026-11-23, before machine/* (172447e); only BLEU files "
                         "committed",
-    "sst_table5_repro.md": "CoDA's runs predate machine/* (172447e), DW seeds 0-1 "
-                           "machine/cpu_model (feaed29)",
+    "sst_table5_repro.md": "DW seeds 0-1 predate machine/cpu_model (feaed29)",
     "window_variants_bench.md": "a benchmark (no machine printed); the runs beside it predate "
                                 "machine/cpu_model",
 }
@@ -135,6 +134,10 @@ def printed_block(text: str, section: str) -> str:
 # (results file, its section, committed runs folder, script, report arguments): `report` on
 # the committed runs prints the file's 'What `report` printed:' block of that section
 REPORTS = [
+    ("sst_table5_repro.md", "## CoDA Table 5, SST column", "sst_table5_runs",
+     "experiments/coda_sentiment.py", ["table5", "--config", "repro"]),
+    ("coda_ranking_wikiqa_cpu.md", "## Rerun with per-example predictions", "coda_ranking_runs",
+     "experiments/coda_ranking.py", ["table2", "--config", "cpu"]),
     ("sst_table5_repro.md", "## Differentiable Window Table 5, SST column", "sst_table5_runs",
      "experiments/dwin_classification.py", ["table5", "--config", "repro"]),
     ("coda_mt_chosen.md", "# CoDA Table 4 path", "coda_mt_chosen_runs", "experiments/coda_mt.py",
@@ -153,6 +156,10 @@ REPORTS = [
     ("sst_table5_repro.md", "## Slices of Differentiable Window Table 5, SST column",
      "sst_table5_runs", "experiments/dwin_classification.py",
      ["table5", "--config", "repro", "--slices"]),
+    ("sst_table5_repro.md", "## Slices of CoDA Table 5, SST column", "sst_table5_runs",
+     "experiments/coda_sentiment.py", ["table5", "--config", "repro", "--slices"]),
+    ("coda_ranking_wikiqa_cpu.md", "## Slices of the rerun", "coda_ranking_runs",
+     "experiments/coda_ranking.py", ["table2", "--config", "cpu", "--slices"]),
     ("imdb_table5.md", "## Slices of CoDA Table 5, IMDb column", "imdb_table5_runs",
      "experiments/coda_sentiment.py", ["table5", "--config", "paper", "--slices"]),
     ("imdb_table5.md", "## Slices of Differentiable Window Table 5, IMDB column",
