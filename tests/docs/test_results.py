@@ -188,6 +188,41 @@ def test_report_comes_out_of_the_committed_runs(tmp_path, name, section, folder,
     assert f"ATTNREPRO_RUNS=results/{folder} python {script} report {' '.join(args)}" in text
 
 
+# (results file, its section, committed runs folder, the other precision's runs folder, script,
+# report arguments): `report --against` (issue 50: bf16-mixed against float32, each cell with
+# itself, seed k with seed k) on the committed runs prints the section's block
+AGAINST = [
+    ("bf16_cost.md", "### CoDA Table 5, SST column", "sst_table5_runs",
+     "bf16_parity_runs/bf16-mixed", "experiments/coda_sentiment.py",
+     ["table5", "--config", "repro"]),
+    ("bf16_cost.md", "### The MLU demo", "bf16_parity_runs/32-true",
+     "bf16_parity_runs/bf16-mixed", "experiments/coda_mlu.py", ["table6", "--config", "demo"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, section, folder, other, script, args", AGAINST,
+                         ids=[f"{r[0]}:{Path(r[4]).stem}" for r in AGAINST])
+def test_report_against_comes_out_of_the_committed_runs(tmp_path, name, section, folder, other,
+                                                        script, args):
+    """As above, with ``--against`` the other folder: the runs of both precisions are
+    committed, and the file's block is what report prints on copies of them (the copy's path
+    printed as the committed folder's)."""
+    runs, there = tmp_path / "runs", tmp_path / "there"
+    shutil.copytree(RESULTS / folder, runs)
+    shutil.copytree(RESULTS / other, there)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(ATTNREPRO_RUNS=str(runs), ATTNREPRO_CACHE=str(tmp_path / "cache"),
+               HOME=str(tmp_path), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    proc = subprocess.run([sys.executable, script, "report", *args, "--against", str(there)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    text = (RESULTS / name).read_text()
+    assert proc.stdout.replace(str(there), f"results/{other}") == printed_block(text, section)
+    assert (f"ATTNREPRO_RUNS=results/{folder} python {script} report {' '.join(args)} "
+            f"--against results/{other}") in text
+
+
 def test_printed_block_is_the_text_between_its_markers():
     text = ("# t\n\n## A\n\nWhat `report` printed:\n\nx\n\nReading it. no\n\n## B\n\n"
             "What `report` printed:\n\n| a |\n|---|\n| 1 |\n\nReading it. yes\n")
