@@ -295,11 +295,20 @@ def results_file(evidence: Evidence) -> str:
             return f"`{shown_path(where)}`"
         texts = {p: p.read_text() for p in RESULTS.glob("*.md") if p.name != BOARD.name}
         named = sorted((p for p, text in texts.items() if f"results/{where.name}" in text),
-                       key=lambda p: (f"ATTNREPRO_RUNS=results/{where.name} " not in texts[p],
+                       key=lambda p: (not reports_from(texts[p], where.name),
+                                      f"ATTNREPRO_RUNS=results/{where.name} " not in texts[p],
                                       p.stem != where.name.removesuffix("_runs"),
                                       p.name == "README.md", p.name))  # the folder's own file
         where = named[0] if named else where
     return f"[{where.name}]({where.name})"
+
+
+def reports_from(text: str, folder: str) -> bool:
+    """Whether ``text`` shows a ``report`` command that reads the runs folder ``folder`` as
+    its own (``ATTNREPRO_RUNS=results/<folder> python ... report ...``), not only as the other
+    side of ``--against``."""
+    return any("--against" not in line for line in re.findall(
+        rf"ATTNREPRO_RUNS=results/{re.escape(folder)} python \S+ report[^\n]*", text))
 
 
 # -- settings ---------------------------------------------------------------------------------

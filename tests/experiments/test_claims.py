@@ -291,3 +291,14 @@ def test_board_figure_draws_the_claims_measured_here(board, tmp_path):
     assert rows < named
     assert fig._suptitle.get_text() == (f"The claims measured here: 3 of {rows} claims on the "
                                         "board (the others: not measured here)")
+
+
+def test_a_runs_folder_links_the_file_whose_own_report_reads_it():
+    """A results file that reads a runs folder only beside ``--against`` (the bf16 parity)
+    is not the folder's file: the one whose report reads it is."""
+    from experiments.harness.claims import reports_from
+    own = "    ATTNREPRO_RUNS=results/x_runs python experiments/a.py report t --config c\n"
+    other = ("    ATTNREPRO_RUNS=results/x_runs python experiments/a.py report t --config c "
+             "--against results/y\n")
+    assert reports_from(own, "x_runs") and not reports_from(other, "x_runs")
+    assert reports_from(other + own, "x_runs") and not reports_from(own, "y_runs")
