@@ -48,14 +48,19 @@ library = LIBRARY.library
 supports = LIBRARY.supports
 
 
-def _forward(q: Tensor, k: Tensor, with_dot: bool, a: Tensor | None = None,
-             b: Tensor | None = None) -> tuple[Tensor, Tensor | None, Tensor | None]:
+def _operands(q: Tensor, k: Tensor, a: Tensor | None = None, b: Tensor | None = None):
+    """The kernels' operands as contiguous tensors outside autograd, with their sizes:
+    (q, k, a, b, n, r, d, Lk, d2); d2 is 0 without a and b."""
     q, k = q.detach().contiguous(), k.detach().contiguous()
     if a is not None:
         a, b = a.detach().contiguous(), b.detach().contiguous()
     n, r, d = q.shape
-    lk = k.shape[1]
-    d2 = 0 if a is None else a.shape[2]
+    return q, k, a, b, n, r, d, k.shape[1], 0 if a is None else a.shape[2]
+
+
+def _forward(q: Tensor, k: Tensor, with_dot: bool, a: Tensor | None = None,
+             b: Tensor | None = None) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    q, k, a, b, n, r, d, lk, d2 = _operands(q, k, a, b)
     dist = q.new_empty(n, r, lk)
     dot = q.new_empty(n, r, lk) if with_dot else None
     dot2 = None if a is None else q.new_empty(n, r, lk)
@@ -161,9 +166,7 @@ def fused_forward(q: Tensor, k: Tensor, mask: Tensor | None, u: Tensor | None, p
                   need_m: bool = True) -> tuple[Tensor | None, Tensor]:
     """:func:`eq_forward` of :func:`products` (q (n,r,d), k (n,Lk,d)) in one pass: Eq. 1-6
     applied to each tile of q.k and D while it is in L1, the same results bit for bit."""
-    q, k = q.detach().contiguous(), k.detach().contiguous()
-    n, r, d = q.shape
-    lk = k.shape[1]
+    q, k, _, _, n, r, d, lk, _ = _operands(q, k)
     shape = torch.Size((n, r, lk))
     mask, u = _flat(mask, shape), _flat(u, shape)
     md = q.new_empty(shape)
@@ -183,12 +186,7 @@ def fused_backward(q: Tensor, k: Tensor, a: Tensor | None, b: Tensor | None,
     """:func:`eq_backward` of :func:`products` (q.k, D and d_md = a.b; a (n,r,d2),
     b (n,Lk,d2), or both None: no gradient of M with dropout) in one pass over the tiles:
     (M with dropout, or None without ``need_md``; dL/d(q.k); dL/dD), the same bits."""
-    q, k = q.detach().contiguous(), k.detach().contiguous()
-    if a is not None:
-        a, b = a.detach().contiguous(), b.detach().contiguous()
-    n, r, d = q.shape
-    lk = k.shape[1]
-    d2 = 0 if a is None else a.shape[2]
+    q, k, a, b, n, r, d, lk, d2 = _operands(q, k, a, b)
     shape = torch.Size((n, r, lk))
     mask, u, d_m = (_flat(t, shape) for t in (mask, u, d_m))
     md = q.new_empty(shape) if need_md else None
