@@ -294,10 +294,15 @@ def make_results_minutes(index: str) -> tuple[int, int]:
 
 
 def seeds_and_cells(folder: Path) -> tuple[int, int]:
-    """(cells, seeds of the first cell) of a committed runs folder's grid."""
+    """(cells, seeds that every cell has) of a committed runs folder's grid."""
     runs = [d.name.rsplit("-seed", 1) for d in folder.iterdir() if "-seed" in d.name]
     cells = sorted({cell for cell, _ in runs})
-    return len(cells), sum(cell == cells[0] for cell, _ in runs)
+    return len(cells), min(sum(cell == c for c, _ in runs) for cell in cells)
+
+
+def seed_words(n: int) -> str:
+    """How the README names the first n seeds: "seed 0", "seeds 0 and 1", "seeds 0, 1 and 2"."""
+    return "seed 0" if n == 1 else f"seeds {', '.join(map(str, range(n - 1)))} and {n - 1}"
 
 
 def test_readme_numbers_are_their_results_files():
@@ -321,6 +326,11 @@ def test_readme_numbers_are_their_results_files():
     cells, seeds = seeds_and_cells(RESULTS / "imdb_table5_runs/dwin_classification/table5-paper")
     assert f"| DW 5, IMDB accuracy on the complete aclImdb, {cells} of 5 cells, {seeds} seed" \
         in README, f"README: DW Table 5's IMDB row has {cells} cells, {seeds} seed(s) committed"
+    cells, seeds = seeds_and_cells(RESULTS / "attention_compare_runs/attention_compare/sst-paper")
+    for said_here in (f"at size so far SST {seed_words(seeds)} of all {cells} cells",
+                      f"Scale so far: {seed_words(seeds)} of all {cells} SST cells",
+                      f"| SST accuracy (mean of {seed_words(seeds)}) |"):
+        assert said_here in said, f"README on Which attention?: {said_here!r} (committed runs)"
 
 
 def test_readme_number_readers_read_their_files():
@@ -330,6 +340,7 @@ def test_readme_number_readers_read_their_files():
              " y | `make results` (about 10, by z) |\n| `c` | x | y | written by `make results` "
              "(absent until its first run) |\n")
     assert make_results_minutes(index) == (18, 23)
+    assert [seed_words(n) for n in (1, 2, 3)] == ["seed 0", "seeds 0 and 1", "seeds 0, 1 and 2"]
 
 
 def test_which_attention_rows_are_the_comparisons_report():

@@ -168,6 +168,18 @@ REPORTS = [
 ]
 
 
+def report_env(tmp_path, folder):
+    """A copy of the committed runs in ``results/<folder>`` (a test never writes into tracked
+    files, and report must find nothing else) and the environment that points report at it:
+    its own cache and home, one thread, no W&B."""
+    runs = tmp_path / "runs"
+    shutil.copytree(RESULTS / folder, runs)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(ATTNREPRO_RUNS=str(runs), ATTNREPRO_CACHE=str(tmp_path / "cache"),
+               HOME=str(tmp_path), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    return runs, env
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name, section, folder, script, args", REPORTS,
                          ids=[f"{r[0]}:{Path(r[3]).stem}" + ("-slices" * ("--slices" in r[4]))
@@ -175,11 +187,7 @@ REPORTS = [
 def test_report_comes_out_of_the_committed_runs(tmp_path, name, section, folder, script, args):
     """The command the file names, on a copy of the committed runs (report writes nothing,
     and a test never writes into tracked files), prints the committed table to the byte."""
-    runs = tmp_path / "runs"
-    shutil.copytree(RESULTS / folder, runs)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(ATTNREPRO_RUNS=str(runs), ATTNREPRO_CACHE=str(tmp_path / "cache"),
-               HOME=str(tmp_path), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    runs, env = report_env(tmp_path, folder)
     proc = subprocess.run([sys.executable, script, "report", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -208,12 +216,9 @@ def test_report_against_comes_out_of_the_committed_runs(tmp_path, name, section,
     """As above, with ``--against`` the other folder: the runs of both precisions are
     committed, and the file's block is what report prints on copies of them (the copy's path
     printed as the committed folder's)."""
-    runs, there = tmp_path / "runs", tmp_path / "there"
-    shutil.copytree(RESULTS / folder, runs)
+    runs, env = report_env(tmp_path, folder)
+    there = tmp_path / "there"
     shutil.copytree(RESULTS / other, there)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(ATTNREPRO_RUNS=str(runs), ATTNREPRO_CACHE=str(tmp_path / "cache"),
-               HOME=str(tmp_path), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
     proc = subprocess.run([sys.executable, script, "report", *args, "--against", str(there)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -370,11 +375,7 @@ def test_mlu_curves_come_out_of_the_committed_runs(tmp_path, name, folder, grid,
     --runs-commit), on a copy of the committed run files, writes them to the byte (into
     tmp_path: a test never writes into tracked
     files), and the gate figure beside them (the runs logged the gate)."""
-    runs = tmp_path / "runs"
-    shutil.copytree(RESULTS / folder, runs)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(ATTNREPRO_RUNS=str(runs), ATTNREPRO_CACHE=str(tmp_path / "cache"),
-               HOME=str(tmp_path), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    runs, env = report_env(tmp_path, folder)
     out = tmp_path / "out" / name
     committed = (RESULTS / f"{name}.md").read_text()
     command = shlex.split(re.search(r"\(made by `(.+)`\)\n\Z", committed).group(1))
