@@ -1,9 +1,9 @@
-// What the C++ kernels of attention/ share (attention/_coda_l1.cpp, attention/_window_rows.cpp;
-// attention/_native.py builds each with this header beside it and hashes both into the
-// library's name): vectors of VBYTES bytes by the instruction set the file is compiled for
-// (the loader picks -mavx512f..., -mavx2 -mfma or the compiler's default from torch's run-time
-// CPU detection: one build per capability, no -march=native), their lanes, unaligned loads and
-// stores, a broadcast, and the split of work over threads.
+// What the C++ kernels of attention/ share (attention/_coda_l1.cpp, attention/_window_rows.cpp,
+// attention/_crf_chain.cpp; attention/_native.py builds each with this header beside it and
+// hashes both into the library's name): vectors of VBYTES bytes by the instruction set the
+// file is compiled for (the loader picks -mavx512f..., -mavx2 -mfma or the compiler's default
+// from torch's run-time CPU detection: one build per capability, no -march=native), their
+// lanes, unaligned loads and stores, a broadcast, and the split of work over threads.
 #pragma once
 
 #include <algorithm>
