@@ -38,6 +38,14 @@
 // dL/dp = (lam / S) (dL/dw - sum_k w_k dL/dw_k / lam).  No logarithm anywhere: one exp per
 // position.
 //
+// Vectorisation: the chains are independent, so each vector lane carries one (GCC vector
+// extensions of VBYTES bytes, double lanes: 8 with AVX-512, 4 with AVX2): a block of lanes
+// walks its chains' positions together, a masked position leaving its lane's state as it is
+// (a blend), so every recursion step is a handful of vector operations for all the lanes, and
+// the exp is _simd.h's vector polynomial.  Per block, four passes over the positions: alpha
+// (forward), beta and p (backward); for the backward pass also B (backward), then A with
+// dL/dtheta and the transition statistics (forward).
+//
 // Range: p_j is formed as a product of normalised factors, so it underflows only below
 // about 1e-308; a chain whose every p_j is below 1e-290 (scores around -670 and lower, where
 // S itself is not representable) is reported (the return value counts such chains) and the
@@ -45,8 +53,8 @@
 //
 // Arguments: theta (rows, n) contiguous, mask (rows, n) bool or null (all real), w: W as
 // 4 values (row major), out (rows, n); backward: grad (rows, n), dtheta (rows, n), dw: 4
-// doubles (written, summed over every chain in blocks of 64 chains, then over the blocks in
-// order: the same sum whatever the number of threads).  Threads: OpenMP when built with it (sharing
+// doubles (written, summed over the lanes of each block, then over the blocks in order: the
+// same sum whatever the number of threads).  Threads: OpenMP when built with it (sharing
 // torch's libgomp), else std::thread; chains are split over nthreads.
 
 #include <cmath>
@@ -56,16 +64,10 @@
 
 namespace {
 
+using V = Vec<double>::V;
+using I = Vec<double>::I;
+constexpr int W = Vec<double>::W;
 constexpr double kTiny = 1e-290;
-
-struct Chain {
-  // per real position, in order: its index, u, alpha, beta and the normalisers c (alpha) and
-  // r (beta) and N = alpha . beta
-  std::vector<int64_t> at;
-  std::vector<double> u0, u1, a0, a1, b0, b1, c, r, nn;
-  explicit Chain(int64_t n)
-      : at(n), u0(n), u1(n), a0(n), a1(n), b0(n), b1(n), c(n), r(n), nn(n) {}
-};
 
 struct Potentials {
   double e00, e01, e10, e11, s0, s1, f0, f1;  // E = exp(W), s = exp(start), f = exp(end)
@@ -76,153 +78,190 @@ struct Potentials {
   }
 };
 
-// alpha, beta, N of one chain; returns the number of real positions
-template <typename T>
-int64_t forward_chain(const T* theta, const bool* mask, int64_t n, const Potentials& w,
-                      Chain& ch) {
-  int64_t m = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    if (mask && !mask[j]) continue;
-    const double t = static_cast<double>(theta[j]);
-    const double x = std::exp(-std::fabs(t));  // u = (exp(-m), exp(t - m)), m = max(0, t)
-    const double u0 = t > 0 ? x : 1.0, u1 = t > 0 ? 1.0 : x;
-    double q0, q1;
-    if (m == 0) {
-      q0 = w.s0, q1 = w.s1;
-    } else {
-      q0 = ch.a0[m - 1] * w.e00 + ch.a1[m - 1] * w.e10;
-      q1 = ch.a0[m - 1] * w.e01 + ch.a1[m - 1] * w.e11;
-    }
-    const double x0 = q0 * u0, x1 = q1 * u1, cj = x0 + x1;
-    ch.at[m] = j, ch.u0[m] = u0, ch.u1[m] = u1;
-    ch.a0[m] = x0 / cj, ch.a1[m] = x1 / cj, ch.c[m] = cj;
-    ++m;
-  }
-  for (int64_t k = m - 1; k >= 0; --k) {
-    double y0, y1;
-    if (k == m - 1) {
-      y0 = w.f0, y1 = w.f1;
-    } else {
-      const double v0 = ch.u0[k + 1] * ch.b0[k + 1], v1 = ch.u1[k + 1] * ch.b1[k + 1];
-      y0 = w.e00 * v0 + w.e01 * v1;
-      y1 = w.e10 * v0 + w.e11 * v1;
-    }
-    const double rk = y0 + y1;
-    ch.b0[k] = y0 / rk, ch.b1[k] = y1 / rk, ch.r[k] = rk;
-    ch.nn[k] = ch.a0[k] * ch.b0[k] + ch.a1[k] * ch.b1[k];
-  }
-  return m;
+__attribute__((always_inline)) inline V pick(I m, V yes, V no) { return m ? yes : no; }
+
+inline double lane_sum(V v) {  // in lane order
+  double out = 0;
+  for (int l = 0; l < W; ++l) out += v[l];
+  return out;
 }
 
-inline double marginal(const Chain& ch, int64_t k) { return ch.a1[k] * ch.b1[k] / ch.nn[k]; }
-
-// weights (normalise) or marginals of a chain into out (0 at masked positions); false when the
-// chain's marginals are all below kTiny (see Range)
+// One block of up to W chains (rows first .. first + lanes - 1): per position j, the lanes'
+// values (lanes beyond `lanes` are empty chains)
 template <typename T>
-bool forward_row(const T* theta, const bool* mask, int64_t n, const Potentials& w,
-                 bool normalise, double lam, Chain& ch, T* out) {
-  for (int64_t j = 0; j < n; ++j) out[j] = T(0);
-  const int64_t m = forward_chain(theta, mask, n, w, ch);
-  if (m == 0) return true;
-  double total = 0;
-  for (int64_t k = 0; k < m; ++k) total += marginal(ch, k);
-  if (normalise && !(total > kTiny)) return false;
-  const double scale = normalise ? lam / total : 1.0;
-  for (int64_t k = 0; k < m; ++k) out[ch.at[k]] = static_cast<T>(marginal(ch, k) * scale);
-  return true;
-}
+struct Block {
+  const T* theta;
+  const bool* mask;
+  int64_t n;
+  const Potentials& w;
+  // ic, ir, in: the reciprocals of the normalisers c, r and of N = alpha . beta
+  std::vector<V> u0, u1, a0, a1, ic, b0, b1, ir, in, p, fb0, fb1, rg;
+  std::vector<I> real;
+  int64_t first = 0;
+  int lanes = 0;
+  V total{};  // S: the sum of p over each chain
+  I any{};    // the chain has a real position
 
-// dL/dtheta of a chain into dtheta (0 at masked positions) and dL/dW added to dw
-template <typename T>
-bool backward_row(const T* theta, const bool* mask, int64_t n, const Potentials& w,
-                  bool normalise, double lam, const T* grad, Chain& ch, std::vector<double>& rg,
-                  std::vector<double>& fa0, std::vector<double>& fa1, std::vector<double>& fb0,
-                  std::vector<double>& fb1, T* dtheta, double* dw) {
-  for (int64_t j = 0; j < n; ++j) dtheta[j] = T(0);
-  const int64_t m = forward_chain(theta, mask, n, w, ch);
-  if (m == 0) return true;
-  // g = dL/dp at the real positions (normalise: through w = lam p / S), times `scale`
-  double total = 0, scale = 1.0;
-  for (int64_t k = 0; k < m; ++k) total += marginal(ch, k);
-  if (normalise) {
-    if (!(total > kTiny)) return false;
-    double mean = 0;  // sum_k w_k dL/dw_k / lam = sum_k p_k dL/dw_k / S
-    for (int64_t k = 0; k < m; ++k) mean += marginal(ch, k) * grad[ch.at[k]];
-    mean /= total;
-    for (int64_t k = 0; k < m; ++k) rg[k] = static_cast<double>(grad[ch.at[k]]) - mean;
-    scale = lam / total;
-  } else {
-    for (int64_t k = 0; k < m; ++k) rg[k] = static_cast<double>(grad[ch.at[k]]);
-  }
-  double eg = 0;  // E[G]
-  for (int64_t k = 0; k < m; ++k) eg += rg[k] * marginal(ch, k);
-  // the semiring's accumulators (A: fa, B: fb)
-  for (int64_t k = 0; k < m; ++k) {
-    double q0 = 0, q1 = 0;
-    if (k > 0) {
-      q0 = fa0[k - 1] * w.e00 + fa1[k - 1] * w.e10;
-      q1 = fa0[k - 1] * w.e01 + fa1[k - 1] * w.e11;
+  Block(const T* theta_, const bool* mask_, int64_t n_, const Potentials& w_)
+      : theta(theta_), mask(mask_), n(n_), w(w_), u0(n_), u1(n_), a0(n_), a1(n_), ic(n_),
+        b0(n_), b1(n_), ir(n_), in(n_), p(n_), fb0(n_), fb1(n_), rg(n_), real(n_) {}
+
+  // theta at position j of each lane (0 where masked) and the lanes' real mask
+  V gather(const T* x, int64_t j, I& rl) const {
+    alignas(64) double v[W];
+    alignas(64) int64_t m[W];
+    for (int l = 0; l < W; ++l) {
+      const int64_t at = (first + l) * n + j;
+      const bool ok = l < lanes && (!mask || mask[at]);
+      m[l] = -static_cast<int64_t>(ok);
+      v[l] = ok ? static_cast<double>(x[at]) : 0.0;
     }
-    fa0[k] = q0 * ch.u0[k] / ch.c[k];
-    fa1[k] = q1 * ch.u1[k] / ch.c[k] + ch.a1[k] * rg[k];
+    rl = load<I>(m);
+    return load<V>(v);
   }
-  for (int64_t k = m - 1; k >= 0; --k) {
-    if (k == m - 1) {
-      fb0[k] = fb1[k] = 0;
-      continue;
+
+  void scatter(T* out, int64_t j, V v) const {
+    for (int l = 0; l < lanes; ++l) out[(first + l) * n + j] = static_cast<T>(v[l]);
+  }
+
+  // alpha forward, beta and p backward, S
+  void forward_backward(int64_t first_, int lanes_) {
+    first = first_, lanes = lanes_;
+    I started{};
+    V pa0{}, pa1{};
+    for (int64_t j = 0; j < n; ++j) {
+      I rl;
+      const V t = gather(theta, j, rl);
+      const V x = Exp<double>::eval(pick(t > 0, -t, t));  // exp(-|t|)
+      const V one = splat<double>(1.0);
+      const V uu0 = pick(t > 0, x, one), uu1 = pick(t > 0, one, x);
+      const V q0 = pick(started, pa0 * w.e00 + pa1 * w.e10, splat<double>(w.s0));
+      const V q1 = pick(started, pa0 * w.e01 + pa1 * w.e11, splat<double>(w.s1));
+      const V x0 = q0 * uu0, x1 = q1 * uu1, icj = one / (x0 + x1);
+      pa0 = pick(rl, x0 * icj, pa0), pa1 = pick(rl, x1 * icj, pa1);
+      u0[j] = uu0, u1[j] = uu1, a0[j] = pa0, a1[j] = pa1, ic[j] = pick(rl, icj, one);
+      real[j] = rl;
+      started |= rl;
     }
-    const double v0 = ch.u0[k + 1] * fb0[k + 1];
-    const double v1 = ch.u1[k + 1] * (fb1[k + 1] + ch.b1[k + 1] * rg[k + 1]);
-    fb0[k] = (w.e00 * v0 + w.e01 * v1) / ch.r[k];
-    fb1[k] = (w.e10 * v0 + w.e11 * v1) / ch.r[k];
+    any = started;
+    started = I{};
+    V v0{}, v1{};
+    total = V{};
+    for (int64_t j = n - 1; j >= 0; --j) {
+      const I rl = real[j];
+      const V y0 = pick(started, w.e00 * v0 + w.e01 * v1, splat<double>(w.f0));
+      const V y1 = pick(started, w.e10 * v0 + w.e11 * v1, splat<double>(w.f1));
+      const V one = splat<double>(1.0), irj = one / (y0 + y1), nb0 = y0 * irj, nb1 = y1 * irj;
+      const V inj = one / (a0[j] * nb0 + a1[j] * nb1);
+      b0[j] = nb0, b1[j] = nb1, ir[j] = pick(rl, irj, one), in[j] = inj;
+      p[j] = pick(rl, a1[j] * nb1 * inj, V{});
+      total += p[j];
+      v0 = pick(rl, u0[j] * nb0, v0), v1 = pick(rl, u1[j] * nb1, v1);
+      started |= rl;
+    }
   }
-  for (int64_t k = 0; k < m; ++k) {
-    const double ezg = (fa1[k] * ch.b1[k] + ch.a1[k] * fb1[k]) / ch.nn[k];
-    dtheta[ch.at[k]] = static_cast<T>(scale * (ezg - marginal(ch, k) * eg));
+
+  // chains with a real position whose marginals are all below kTiny
+  int bad() const {
+    int count = 0;
+    for (int l = 0; l < lanes; ++l) count += any[l] && !(total[l] > kTiny);
+    return count;
   }
-  // dL/dW: transitions between neighbouring real positions t -> k = t + 1
-  const double e[2][2] = {{w.e00, w.e01}, {w.e10, w.e11}};
-  double d[2][2] = {{0, 0}, {0, 0}};
-  for (int64_t k = 1; k < m; ++k) {
-    const int64_t t = k - 1;
-    const double at[2] = {ch.a0[t], ch.a1[t]}, fat[2] = {fa0[t], fa1[t]};
-    const double bk[2] = {ch.b0[k], ch.b1[k]}, fbk[2] = {fb0[k], fb1[k]};
-    const double uk[2] = {ch.u0[k], ch.u1[k]}, gk[2] = {0.0, rg[k]};
-    const double norm = 1.0 / (ch.c[k] * ch.nn[k]);
-    for (int a = 0; a < 2; ++a)
-      for (int b = 0; b < 2; ++b) {
-        const double f = e[a][b] * uk[b] * norm;
-        const double xi = at[a] * bk[b] * f;
-        const double exg = (fat[a] * bk[b] + at[a] * (bk[b] * gk[b] + fbk[b])) * f;
-        d[a][b] += exg - xi * eg;
-      }
+
+  // lam / S (normalise) or 1 per lane; 0 for chains without a real position or out of range
+  V scale(bool normalise, double lam) const {
+    V out{};
+    for (int l = 0; l < W; ++l)
+      out[l] = !any[l] ? 0.0 : !normalise ? 1.0 : total[l] > kTiny ? lam / total[l] : 0.0;
+    return out;
   }
-  // start and end: Cov([z_first = c], G) / 2 to W[., c], Cov([z_last = c], G) / 2 to W[c, .]
-  const double first[2] = {ch.a0[0] * fb0[0] / ch.nn[0],
-                           ch.a1[0] * (ch.b1[0] * rg[0] + fb1[0]) / ch.nn[0]};
-  const double pfirst[2] = {ch.a0[0] * ch.b0[0] / ch.nn[0], ch.a1[0] * ch.b1[0] / ch.nn[0]};
-  const int64_t l = m - 1;
-  const double last[2] = {fa0[l] * ch.b0[l] / ch.nn[l], fa1[l] * ch.b1[l] / ch.nn[l]};
-  const double plast[2] = {ch.a0[l] * ch.b0[l] / ch.nn[l], ch.a1[l] * ch.b1[l] / ch.nn[l]};
-  for (int a = 0; a < 2; ++a)
-    for (int b = 0; b < 2; ++b)
-      dw[2 * a + b] += scale * (d[a][b] + 0.5 * (first[b] - pfirst[b] * eg) +
-                                0.5 * (last[a] - plast[a] * eg));
-  return true;
-}
+
+  // dL/dtheta of the block's chains into dtheta; returns dL/dW's four sums over the lanes
+  void backward(const T* grad, T* dtheta, bool normalise, double lam, double* dw) {
+    const V sc = scale(normalise, lam);
+    // G's coefficients: dL/dp, up to the factor sc (normalise: dL/dw - sum_k p_k dL/dw_k / S)
+    V mean{};
+    for (int64_t j = 0; j < n; ++j) {
+      I rl;
+      rg[j] = grad ? gather(grad, j, rl) : V{};
+      mean += p[j] * rg[j];
+    }
+    if (normalise) {
+      for (int l = 0; l < W; ++l) mean[l] = total[l] > kTiny ? mean[l] / total[l] : 0.0;
+      for (int64_t j = 0; j < n; ++j) rg[j] = pick(real[j], rg[j] - mean, V{});
+    }
+    V eg{};  // E[G]
+    for (int64_t j = 0; j < n; ++j) eg += rg[j] * p[j];
+    // B backward
+    I started{};
+    V w0{}, w1{};
+    for (int64_t j = n - 1; j >= 0; --j) {
+      const I rl = real[j];
+      const V f0 = pick(started, (w.e00 * w0 + w.e01 * w1) * ir[j], V{});
+      const V f1 = pick(started, (w.e10 * w0 + w.e11 * w1) * ir[j], V{});
+      fb0[j] = f0, fb1[j] = f1;
+      w0 = pick(rl, u0[j] * f0, w0), w1 = pick(rl, u1[j] * (f1 + b1[j] * rg[j]), w1);
+      started |= rl;
+    }
+    // A forward, dL/dtheta, and the statistics of transitions, first and last states
+    started = I{};
+    V fp0{}, fp1{}, ap0{}, ap1{};  // A and alpha at the previous real position
+    V d00{}, d01{}, d10{}, d11{};
+    V first0{}, first1{}, pfirst0{}, pfirst1{}, last0{}, last1{}, plast0{}, plast1{};
+    for (int64_t j = 0; j < n; ++j) {
+      const I rl = real[j];
+      const V q0 = pick(started, fp0 * w.e00 + fp1 * w.e10, V{});
+      const V q1 = pick(started, fp0 * w.e01 + fp1 * w.e11, V{});
+      const V f0 = q0 * u0[j] * ic[j], f1 = q1 * u1[j] * ic[j] + a1[j] * rg[j];
+      const V inv = in[j];
+      const V ezg = (f1 * b1[j] + a1[j] * fb1[j]) * inv;
+      scatter(dtheta, j, pick(rl, sc * (ezg - p[j] * eg), V{}));
+      // transitions from the previous real position into j
+      const I moved = started & rl;
+      const V norm = inv * ic[j];
+      const V g1 = b1[j] * rg[j] + fb1[j];  // state 1 at j: its part of G, then the rest
+      const V k0 = u0[j] * norm, k1 = u1[j] * norm;
+      d00 += pick(moved, (fp0 * b0[j] + ap0 * fb0[j] - ap0 * b0[j] * eg) * (w.e00 * k0), V{});
+      d01 += pick(moved, (fp0 * b1[j] + ap0 * g1 - ap0 * b1[j] * eg) * (w.e01 * k1), V{});
+      d10 += pick(moved, (fp1 * b0[j] + ap1 * fb0[j] - ap1 * b0[j] * eg) * (w.e10 * k0), V{});
+      d11 += pick(moved, (fp1 * b1[j] + ap1 * g1 - ap1 * b1[j] * eg) * (w.e11 * k1), V{});
+      const I opening = rl & ~started;
+      first0 = pick(opening, a0[j] * fb0[j] * inv, first0);
+      first1 = pick(opening, a1[j] * g1 * inv, first1);
+      pfirst0 = pick(opening, a0[j] * b0[j] * inv, pfirst0);
+      pfirst1 = pick(opening, a1[j] * b1[j] * inv, pfirst1);
+      last0 = pick(rl, f0 * b0[j] * inv, last0), last1 = pick(rl, f1 * b1[j] * inv, last1);
+      plast0 = pick(rl, a0[j] * b0[j] * inv, plast0);
+      plast1 = pick(rl, a1[j] * b1[j] * inv, plast1);
+      fp0 = pick(rl, f0, fp0), fp1 = pick(rl, f1, fp1);
+      ap0 = pick(rl, a0[j], ap0), ap1 = pick(rl, a1[j], ap1);
+      started |= rl;
+    }
+    const V c0 = 0.5 * (first0 - pfirst0 * eg), c1 = 0.5 * (first1 - pfirst1 * eg);
+    const V l0 = 0.5 * (last0 - plast0 * eg), l1 = 0.5 * (last1 - plast1 * eg);
+    dw[0] += lane_sum(sc * (d00 + c0 + l0));
+    dw[1] += lane_sum(sc * (d01 + c1 + l0));
+    dw[2] += lane_sum(sc * (d10 + c0 + l1));
+    dw[3] += lane_sum(sc * (d11 + c1 + l1));
+  }
+};
 
 template <typename T>
 int64_t forward(const T* theta, const bool* mask, const double* wp, T* out, int64_t rows,
                 int64_t n, int normalise, double lam, int nthreads) {
   const Potentials w(wp);
+  const int64_t blocks = (rows + W - 1) / W;
   std::mutex mu;
   int64_t bad = 0;
-  parallel(rows, nthreads, n, 16384, [&](int64_t begin, int64_t end) {
-    Chain ch(n);
+  parallel(blocks, nthreads, 2 * n * W, 16384, [&](int64_t begin, int64_t end) {
+    Block<T> blk(theta, mask, n, w);
     int64_t count = 0;
-    for (int64_t i = begin; i < end; ++i)
-      count += !forward_row(theta + i * n, mask ? mask + i * n : nullptr, n, w, normalise != 0,
-                            lam, ch, out + i * n);
+    for (int64_t b = begin; b < end; ++b) {
+      blk.forward_backward(b * W, static_cast<int>(std::min<int64_t>(W, rows - b * W)));
+      if (normalise) count += blk.bad();
+      const V sc = blk.scale(normalise != 0, lam);
+      for (int64_t j = 0; j < n; ++j) blk.scatter(out, j, blk.p[j] * sc);
+    }
     std::lock_guard<std::mutex> lock(mu);
     bad += count;
   });
@@ -232,29 +271,25 @@ int64_t forward(const T* theta, const bool* mask, const double* wp, T* out, int6
 template <typename T>
 int64_t backward(const T* theta, const bool* mask, const double* wp, const T* grad, T* dtheta,
                  double* dw, int64_t rows, int64_t n, int normalise, double lam, int nthreads) {
-  // dL/dW is summed per block of kBlock chains, then over blocks in order: the same sum
-  // whatever the number of threads
-  constexpr int64_t kBlock = 64;
   const Potentials w(wp);
-  const int64_t blocks = (rows + kBlock - 1) / kBlock;
+  const int64_t blocks = (rows + W - 1) / W;
   std::vector<double> partial(4 * blocks, 0.0);
   std::mutex mu;
   int64_t bad = 0;
-  parallel(blocks, nthreads, 3 * n * kBlock, 16384, [&](int64_t begin, int64_t end) {
-    Chain ch(n);
-    std::vector<double> rg(n), fa0(n), fa1(n), fb0(n), fb1(n);
+  parallel(blocks, nthreads, 4 * n * W, 16384, [&](int64_t begin, int64_t end) {
+    Block<T> blk(theta, mask, n, w);
     int64_t count = 0;
-    for (int64_t blk = begin; blk < end; ++blk)
-      for (int64_t i = blk * kBlock; i < std::min(rows, (blk + 1) * kBlock); ++i)
-        count += !backward_row(theta + i * n, mask ? mask + i * n : nullptr, n, w,
-                               normalise != 0, lam, grad + i * n, ch, rg, fa0, fa1, fb0, fb1,
-                               dtheta + i * n, partial.data() + 4 * blk);
+    for (int64_t b = begin; b < end; ++b) {
+      blk.forward_backward(b * W, static_cast<int>(std::min<int64_t>(W, rows - b * W)));
+      if (normalise) count += blk.bad();
+      blk.backward(grad, dtheta, normalise != 0, lam, partial.data() + 4 * b);
+    }
     std::lock_guard<std::mutex> lock(mu);
     bad += count;
   });
   for (int q = 0; q < 4; ++q) {
     dw[q] = 0;
-    for (int64_t blk = 0; blk < blocks; ++blk) dw[q] += partial[4 * blk + q];
+    for (int64_t b = 0; b < blocks; ++b) dw[q] += partial[4 * b + q];
   }
   return bad;
 }
