@@ -34,8 +34,8 @@
 // beyond its score blocks.
 //
 // Vectorisation: GCC vector extensions of VBYTES bytes, set by the instruction set the file
-// is compiled for (as attention/_coda_l1.cpp: one build per torch CPU capability); exp is a
-// vector polynomial (Cephes-style range reduction: float about 1 ulp, double a degree-13
+// is compiled for (as attention/_coda_l1.cpp: one build per torch CPU capability); exp is
+// _simd.h's vector polynomial (Cephes-style range reduction: float about 1 ulp, double a degree-13
 // polynomial, about 1 ulp); cumulative sums are in-register prefix sums (log2(lanes)
 // shift-and-adds) with a carry from vector to vector.
 // Threads: OpenMP when built with it (sharing torch's libgomp), else std::thread; rows are
@@ -152,77 +152,6 @@ __attribute__((always_inline)) inline typename Vec<T>::V last(typename Vec<T>::V
   using I = typename Vec<T>::I;
   return __builtin_shuffle(v, I{} + (Vec<T>::W - 1));
 }
-
-// -- exp --------------------------------------------------------------------------------------
-// exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts, Cody and
-// Waite, so that n * C1 is exact), exp(r) by a polynomial on |r| <= ln(2)/2, 2^n built in the
-// exponent bits.  Below the smallest normal result the answer is 0 (the softmaxes here only
-// take x <= 0, where that is at most 1.2e-38 (float) away); NaN stays NaN.
-template <typename T>
-struct Exp;
-
-template <>
-struct Exp<float> {
-  using V = Vec<float>::V;
-  using I = Vec<float>::I;
-  __attribute__((always_inline)) static inline V eval(V x) {
-    const V lo = splat<float>(-87.33654475f), hi = splat<float>(88.37626266f);
-    const I under = x < lo;
-    x = x > hi ? hi : x;
-    x = x < lo ? lo : x;
-    const V magic = splat<float>(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-    const V t = x * 1.44269504088896341f + magic;
-    const V n = t - magic;
-    const I ni = (I)t - (I)magic;
-    V r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    // Cephes expf
-    V p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    const V scale = (V)((ni + 127) << 23);
-    return under ? V{} : p * scale;
-  }
-};
-
-template <>
-struct Exp<double> {
-  using V = Vec<double>::V;
-  using I = Vec<double>::I;
-  __attribute__((always_inline)) static inline V eval(V x) {
-    const V lo = splat<double>(-708.3964185322641), hi = splat<double>(709.782712893384);
-    const I under = x < lo;
-    x = x > hi ? hi : x;
-    x = x < lo ? lo : x;
-    const V magic = splat<double>(6755399441055744.0);  // 1.5 * 2^52
-    const V t = x * 1.4426950408889634074 + magic;
-    const V n = t - magic;
-    const I ni = (I)t - (I)magic;
-    V r = x - n * 6.93145751953125e-1;
-    r = r - n * 1.42860682030941723212e-6;
-    // Taylor to degree 13: the remainder r^14/14! < 5e-18 for |r| <= ln(2)/2
-    V p = splat<double>(1.0 / 6227020800.0);
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    const V scale = (V)((ni + 1023) << 52);
-    return under ? V{} : p * scale;
-  }
-};
-
 
 // -- arguments --------------------------------------------------------------------------------
 struct Arg {

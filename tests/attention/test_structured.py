@@ -1,7 +1,10 @@
 """Segmentation attention (Kim et al. 2017): CRF marginals against brute-force enumeration of
 all 2^N assignments of z, struct-attn's lambda normalisation, padding and per-row masks, every
 context and gradients (the contracts of every mechanism, step-by-step decoding among them,
-are in test_contracts.py)."""
+are in test_contracts.py).  Every test runs twice: on the C++ chain
+(attention/_crf_chain.cpp, with its own backward pass) and on the log-space Python
+recursion with autograd; the two are also compared directly, at the sizes of a training
+step."""
 
 from __future__ import annotations
 
@@ -10,10 +13,35 @@ import itertools
 import pytest
 import torch
 
-from attention import MultiHeadAttention, build
+from attention import MultiHeadAttention, _compiled, _crf_chain_ext, _native, build
 from attention.structured import crf_marginals, segmentation_attention, structured
 
 DT = torch.float64
+
+
+@pytest.fixture(autouse=True, params=["cpp", "python"])
+def chain_path(request, monkeypatch):
+    """Each test on the C++ chain (skipped without a C++ compiler) and on the Python
+    recursion; returns the number of calls of the C++ chain (so that a test knows it ran)."""
+    calls = {"chain": 0}
+    if request.param == "cpp":
+        if _native.compiler() is None:
+            pytest.skip("no C++ compiler")
+        monkeypatch.setattr(_compiled, "COMPILE", True)
+        monkeypatch.setattr(_crf_chain_ext.LIBRARY, "enabled", True)
+        assert _crf_chain_ext.LIBRARY.library() is not None, "the C++ chain failed to build"
+        original = _crf_chain_ext.chain
+
+        def counted(*args, **kwargs):
+            calls["chain"] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(_crf_chain_ext, "chain", counted)
+    else:
+        monkeypatch.setattr(_crf_chain_ext.LIBRARY, "enabled", False)
+    yield calls
+    if request.param == "cpp":
+        assert calls["chain"] > 0, "the C++ chain did not run"
 
 
 def brute_marginals(theta, transition, real):
