@@ -1,10 +1,10 @@
-// Structured (segmentation) attention's linear-chain CRF on CPU, one chain at a time
+// Structured (segmentation) attention's linear-chain CRF on CPU, a chain per vector lane
 // (attention/_crf_chain_ext.py builds and loads this file through attention/_native.py: a
 // plain C interface, no torch header).  attention/structured.py's forward_backward runs the
 // same recursions in log space as a Python loop over positions, vectorised over chains, each
 // step a handful of small tensor operations that autograd records; with a score row of
 // hundreds of keys (IMDb: 256) that loop, and autograd's replay of it, is most of a training
-// step.  Here each chain is worked through in a few passes while it is in cache.
+// step.  Here a block of chains is worked through in a few passes while it is in cache.
 //
 //   crf_chain_forward_{f32,f64}    the marginals p(z_j = 1), or the attention weights
 //                                  lam * p / sum(p) over the chain's real positions
@@ -33,7 +33,7 @@
 //   A_j = (A_prev E) * u_j / c_j + alpha_j * g_j [state 1]
 //   B_j = E (u_next * (B_next + beta_next * g_next [state 1])) / r_j
 // so E[z_k G] = (A_k[1] beta_k[1] + alpha_k[1] B_k[1]) / N_k; the transition statistics are
-// sums over neighbouring real positions of the same products (see backward_chain).  For the
+// sums over neighbouring real positions of the same products (Block::backward).  For the
 // weights w = lam p / S (S = sum of p over the chain) the chain rule first turns dL/dw into
 // dL/dp = (lam / S) (dL/dw - sum_k w_k dL/dw_k / lam).  No logarithm anywhere: one exp per
 // position.
@@ -47,7 +47,7 @@
 // dL/dtheta and the transition statistics (forward).
 //
 // Range: p_j is formed as a product of normalised factors, so it underflows only below
-// about 1e-308; a chain whose every p_j is below 1e-290 (scores around -670 and lower, where
+// about 1e-308 (the vector exp gives 0 below exp(-708)); a chain whose every p_j is below 1e-290 (scores around -670 and lower, where
 // S itself is not representable) is reported (the return value counts such chains) and the
 // caller uses the log-space recursion of structured.py instead.
 //
