@@ -182,8 +182,8 @@ struct Block {
     // G's coefficients: dL/dp, up to the factor sc (normalise: dL/dw - sum_k p_k dL/dw_k / S)
     V mean{};
     for (int64_t j = 0; j < n; ++j) {
-      I rl;
-      rg[j] = grad ? gather(grad, j, rl) : V{};
+      I rl;  // real[j] already
+      rg[j] = gather(grad, j, rl);
       mean += p[j] * rg[j];
     }
     if (normalise) {
@@ -246,47 +246,49 @@ struct Block {
   }
 };
 
+// fn(block, b) after the forward-backward of each block b of W chains, the blocks split over
+// the threads; returns the number of chains out of range (counted for the weights only)
+template <typename T, typename F>
+int64_t for_blocks(const T* theta, const bool* mask, const double* wp, int64_t rows, int64_t n,
+                   int normalise, int nthreads, int64_t work_per_position, F&& fn) {
+  const Potentials w(wp);
+  std::mutex mu;
+  int64_t bad = 0;
+  parallel((rows + W - 1) / W, nthreads, work_per_position * n * W, 16384,
+           [&](int64_t begin, int64_t end) {
+             Block<T> blk(theta, mask, n, w);
+             int64_t count = 0;
+             for (int64_t b = begin; b < end; ++b) {
+               blk.forward_backward(b * W, static_cast<int>(std::min<int64_t>(W, rows - b * W)));
+               if (normalise) count += blk.bad();
+               fn(blk, b);
+             }
+             std::lock_guard<std::mutex> lock(mu);
+             bad += count;
+           });
+  return bad;
+}
+
 template <typename T>
 int64_t forward(const T* theta, const bool* mask, const double* wp, T* out, int64_t rows,
                 int64_t n, int normalise, double lam, int nthreads) {
-  const Potentials w(wp);
-  const int64_t blocks = (rows + W - 1) / W;
-  std::mutex mu;
-  int64_t bad = 0;
-  parallel(blocks, nthreads, 2 * n * W, 16384, [&](int64_t begin, int64_t end) {
-    Block<T> blk(theta, mask, n, w);
-    int64_t count = 0;
-    for (int64_t b = begin; b < end; ++b) {
-      blk.forward_backward(b * W, static_cast<int>(std::min<int64_t>(W, rows - b * W)));
-      if (normalise) count += blk.bad();
-      const V sc = blk.scale(normalise != 0, lam);
-      for (int64_t j = 0; j < n; ++j) blk.scatter(out, j, blk.p[j] * sc);
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    bad += count;
-  });
-  return bad;
+  return for_blocks(theta, mask, wp, rows, n, normalise, nthreads, 2,
+                    [&](Block<T>& blk, int64_t) {
+                      const V sc = blk.scale(normalise != 0, lam);
+                      for (int64_t j = 0; j < n; ++j) blk.scatter(out, j, blk.p[j] * sc);
+                    });
 }
 
 template <typename T>
 int64_t backward(const T* theta, const bool* mask, const double* wp, const T* grad, T* dtheta,
                  double* dw, int64_t rows, int64_t n, int normalise, double lam, int nthreads) {
-  const Potentials w(wp);
   const int64_t blocks = (rows + W - 1) / W;
   std::vector<double> partial(4 * blocks, 0.0);
-  std::mutex mu;
-  int64_t bad = 0;
-  parallel(blocks, nthreads, 4 * n * W, 16384, [&](int64_t begin, int64_t end) {
-    Block<T> blk(theta, mask, n, w);
-    int64_t count = 0;
-    for (int64_t b = begin; b < end; ++b) {
-      blk.forward_backward(b * W, static_cast<int>(std::min<int64_t>(W, rows - b * W)));
-      if (normalise) count += blk.bad();
-      blk.backward(grad, dtheta, normalise != 0, lam, partial.data() + 4 * b);
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    bad += count;
-  });
+  const int64_t bad = for_blocks(theta, mask, wp, rows, n, normalise, nthreads, 4,
+                                 [&](Block<T>& blk, int64_t b) {
+                                   blk.backward(grad, dtheta, normalise != 0, lam,
+                                                partial.data() + 4 * b);
+                                 });
   for (int q = 0; q < 4; ++q) {
     dw[q] = 0;
     for (int64_t b = 0; b < blocks; ++b) dw[q] += partial[4 * b + q];
