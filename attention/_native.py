@@ -1,5 +1,6 @@
 """The project's C++ kernels (:file:`attention/_coda_l1.cpp`,
-:file:`attention/_window_rows.cpp`, :file:`attention/_crf_chain.cpp`), each built once per
+:file:`attention/_window_rows.cpp`, :file:`attention/_crf_chain.cpp`,
+:file:`attention/_additive_pairs.cpp`), each built once per
 machine by one :class:`NativeLibrary`.
 
 Each file has a plain C interface and includes no torch header, so it is compiled directly
@@ -7,7 +8,7 @@ with the C++ compiler (``$CXX`` or ``c++``; a second or two; no ninja, no Python
 torch's extension cache (``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions/<py>_cpu``,
 folder ``attnrepro_<name>``) and loaded with :mod:`ctypes` (which releases the GIL during
 the calls).  The library's name carries a hash of the source, the headers beside it
-(:file:`attention/_simd.h`: vectors and threads, shared by both), the flags and the compiler,
+(:file:`attention/_simd.h`: vectors and threads, shared by all), the flags and the compiler,
 so an edit rebuilds it, and a shared cache holds one build per CPU capability.
 
 Instruction set: no ``-march=native``.  The flags follow torch's own run-time CPU detection,
@@ -19,8 +20,9 @@ bytes), anything else (older x86, ARM) with the compiler's defaults (16 bytes: S
 Loading tries OpenMP (sharing torch's libgomp and its threads) with those flags, then without
 OpenMP (std::thread), then without either.  Every library is off with ``ATTNREPRO_COMPILE=0``
 (as every compiled kernel) and each with its own variable (``ATTNREPRO_CODA_CPP=0``,
-``ATTNREPRO_WINDOW_CPP=0``, ``ATTNREPRO_CRF_CPP=0``); if the build or the load fails it warns
-once and its callers take their other path.  The kernels take CPU float32/float64 tensors only.
+``ATTNREPRO_WINDOW_CPP=0``, ``ATTNREPRO_CRF_CPP=0``, ``ATTNREPRO_ADDITIVE_CPP=0``); if the
+build or the load fails it warns once and its callers take their other path.  The kernels take
+CPU float32/float64 tensors only.
 """
 
 from __future__ import annotations

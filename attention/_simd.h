@@ -1,16 +1,17 @@
 // What the C++ kernels of attention/ share (attention/_coda_l1.cpp, attention/_window_rows.cpp,
-// attention/_crf_chain.cpp; attention/_native.py builds each with this header beside it and
-// hashes both into the library's name): vectors of VBYTES bytes by the instruction set the
-// file is compiled for (the loader picks -mavx512f..., -mavx2 -mfma or the compiler's default
-// from torch's run-time CPU detection: one build per capability, no -march=native), their
-// lanes, unaligned loads and stores, a broadcast, a vector exp, and the split of work over
-// threads.
+// attention/_crf_chain.cpp, attention/_additive_pairs.cpp; attention/_native.py builds each
+// with this header beside it and hashes both into the library's name): vectors of VBYTES bytes
+// by the instruction set the file is compiled for (the loader picks -mavx512f..., -mavx2 -mfma
+// or the compiler's default from torch's run-time CPU detection: one build per capability, no
+// -march=native), their lanes, unaligned and partial loads and stores, a broadcast, a
+// horizontal sum, a vector exp and tanh, and the split of work over threads.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #ifdef _OPENMP
@@ -66,6 +67,54 @@ __attribute__((always_inline)) inline void store(void* p, V v) {
 template <typename T>
 __attribute__((always_inline)) inline typename Vec<T>::V splat(T s) {
   return s - typename Vec<T>::V{};
+}
+
+// -- partial vectors and horizontal sums -----------------------------------------------------
+// The first n (1..W) lanes from p, the others 0; and their store.
+template <typename T>
+__attribute__((always_inline)) inline typename Vec<T>::V load_n(const T* p, int64_t n) {
+  using V = typename Vec<T>::V;
+  if (n == Vec<T>::W) return load<V>(p);
+  V v = V{};
+  std::memcpy(&v, p, n * sizeof(T));
+  return v;
+}
+
+template <typename T>
+__attribute__((always_inline)) inline void store_n(T* p, typename Vec<T>::V v, int64_t n) {
+  if (n == Vec<T>::W)
+    store(p, v);
+  else
+    std::memcpy(p, &v, n * sizeof(T));
+}
+
+// Constant index vectors (built at compile time: filled lane by lane at run time they cost a
+// masked broadcast per lane): the sources of a shift by K lanes, up (K > 0) or down (K < 0),
+// zeros shifted in (an index of W or more selects from the second operand of
+// __builtin_shuffle, a zero vector).
+template <typename T, int K, size_t... i>
+constexpr typename Vec<T>::I shift_index(std::index_sequence<i...>) {
+  constexpr int W = Vec<T>::W;
+  return typename Vec<T>::I{static_cast<typename Vec<T>::S>(
+      static_cast<int>(i) >= K ? static_cast<int>(i) - K : W + static_cast<int>(i))...};
+}
+
+template <typename T, int K>
+__attribute__((always_inline)) inline typename Vec<T>::V shift_down(typename Vec<T>::V v) {
+  constexpr typename Vec<T>::I index = shift_index<T, -K>(std::make_index_sequence<Vec<T>::W>());
+  return __builtin_shuffle(v, typename Vec<T>::V{}, index);
+}
+
+// Horizontal sum: halves folded onto each other (log2(W) shuffles; a row's few reductions
+// would otherwise cost more than its work on short rows, as in a classifier's); the same order
+// of additions every time.
+template <typename T, int K = Vec<T>::W / 2>
+__attribute__((always_inline)) inline T hsum(typename Vec<T>::V v) {
+  if constexpr (K == 0) {
+    return v[0];
+  } else {
+    return hsum<T, K / 2>(v + shift_down<T, K>(v));
+  }
 }
 
 // -- exp --------------------------------------------------------------------------------------
@@ -137,6 +186,23 @@ struct Exp<double> {
     return under ? V{} : p * scale;
   }
 };
+
+// -- tanh -------------------------------------------------------------------------------------
+// tanh(x) = sign(x) (1 - 2 / (exp(2 |x|) + 1)), |x| capped at 20 (where tanh is 1 in double
+// and float alike).  Its absolute error is that of the exp plus a rounding of 1 (a few ulp of
+// 1: about 1e-7 in float, 2e-16 in double), so near 0 its relative error is larger than
+// std::tanh's; the kernels use it inside sums of many terms, where the absolute error is what
+// counts.  NaN stays NaN.
+template <typename T>
+__attribute__((always_inline)) inline typename Vec<T>::V vtanh(typename Vec<T>::V x) {
+  using V = typename Vec<T>::V;
+  using I = typename Vec<T>::I;
+  const I sign = (I)x & Vec<T>::kSign;
+  V ax = (V)((I)x & ~Vec<T>::kSign);
+  ax = ax > T(20) ? splat<T>(T(20)) : ax;
+  const V t = T(1) - T(2) / (Exp<T>::eval(ax + ax) + T(1));
+  return (V)((I)t | sign);
+}
 
 // -- threads ------------------------------------------------------------------------------
 // fn(begin, end) over [0, items) on up to nthreads threads: OpenMP when compiled with it (the

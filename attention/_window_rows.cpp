@@ -48,38 +48,10 @@
 
 namespace {
 
-// The first n (1..W) lanes from p, the others 0; and their store.
-template <typename T>
-__attribute__((always_inline)) inline typename Vec<T>::V load_n(const T* p, int64_t n) {
-  using V = typename Vec<T>::V;
-  if (n == Vec<T>::W) return load<V>(p);
-  V v = V{};
-  std::memcpy(&v, p, n * sizeof(T));
-  return v;
-}
-
-template <typename T>
-__attribute__((always_inline)) inline void store_n(T* p, typename Vec<T>::V v, int64_t n) {
-  if (n == Vec<T>::W)
-    store(p, v);
-  else
-    std::memcpy(p, &v, n * sizeof(T));
-}
-
-// Constant index vectors (built at compile time: filled lane by lane at run time they cost a
-// masked broadcast per lane): iota, and the sources of a shift by K lanes, up (K > 0) or down
-// (K < 0), zeros shifted in (an index of W or more selects from the second operand of
-// __builtin_shuffle, a zero vector).
+// Constant index vectors (built at compile time, as _simd.h's shift_index): iota.
 template <typename T, size_t... i>
 constexpr typename Vec<T>::I iota(std::index_sequence<i...>) {
   return typename Vec<T>::I{static_cast<typename Vec<T>::S>(i)...};
-}
-
-template <typename T, int K, size_t... i>
-constexpr typename Vec<T>::I shift_index(std::index_sequence<i...>) {
-  constexpr int W = Vec<T>::W;
-  return typename Vec<T>::I{static_cast<typename Vec<T>::S>(
-      static_cast<int>(i) >= K ? static_cast<int>(i) - K : W + static_cast<int>(i))...};
 }
 
 // The lanes that take part: the first n (the last vector of a row may be partial) and, with a
@@ -103,29 +75,13 @@ __attribute__((always_inline)) inline typename Vec<T>::V vmax(typename Vec<T>::V
   return a > b ? a : b;
 }
 
-// Horizontal max and sum: halves folded onto each other (log2(W) shuffles; a row's few
-// reductions would otherwise cost more than its work on short rows, as in a classifier's)
-template <typename T, int K>
-__attribute__((always_inline)) inline typename Vec<T>::V shift_down(typename Vec<T>::V v) {
-  constexpr typename Vec<T>::I index = shift_index<T, -K>(std::make_index_sequence<Vec<T>::W>());
-  return __builtin_shuffle(v, typename Vec<T>::V{}, index);
-}
-
+// Horizontal max: halves folded onto each other (as _simd.h's hsum)
 template <typename T, int K = Vec<T>::W / 2>
 __attribute__((always_inline)) inline T hmax(typename Vec<T>::V v) {
   if constexpr (K == 0) {
     return v[0];
   } else {
     return hmax<T, K / 2>(vmax<T>(v, shift_down<T, K>(v)));
-  }
-}
-
-template <typename T, int K = Vec<T>::W / 2>
-__attribute__((always_inline)) inline T hsum(typename Vec<T>::V v) {
-  if constexpr (K == 0) {
-    return v[0];
-  } else {
-    return hsum<T, K / 2>(v + shift_down<T, K>(v));
   }
 }
 

@@ -10,8 +10,10 @@ costs O(N * hidden).  Pairwise alignment scores a_i against b_j and normalises b
 (DecompAtt Eq. 4).  Multi-head attention uses the block's own projections as W and V (with
 their biases as b) and a vector u per head: score = u_h^T tanh(q_i + k_j).
 
-The tanh term is (..., Lq, Lk, hidden): :func:`additive_scores` computes it in blocks of query
-rows, each block recomputed in the backward pass instead of stored (activation
+The tanh term is (..., Lq, Lk, hidden).  On CPU (float32/float64) :func:`additive_scores`
+never forms it: the C++ kernels of :mod:`attention._additive_ext` keep each tanh in a register
+(``ATTNREPRO_ADDITIVE_CPP=0`` turns them off).  Otherwise it computes the term in blocks of
+query rows, each block recomputed in the backward pass instead of stored (activation
 checkpointing), so neither pass holds more than ``block_elements`` of it at once.  The
 block helpers here (:func:`rows_per_block`, :func:`row_blocks`, :func:`checkpointed`) serve
 every pairwise-tanh mechanism (``density``, ``structured``).
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from attention import _additive_ext
 from attention.base import Alignment, AlignmentCore, DecoderCore, Mechanism, MultiHeadCore
 from attention.masking import attention_mask, check_mask, masked_softmax, pair_mask
 
@@ -67,18 +70,23 @@ def additive_scores(wq: Tensor, vk: Tensor, u: Tensor, *,
     """u . tanh(wq_i + vk_j) (Eq. 5) for wq (..., Lq, A) = W s, vk (..., Lk, A) = V h + b and
     u (A,) or (*trailing batch dims, A) (e.g. (H, A), one u per head) -> (..., Lq, Lk).
 
-    Peak extra memory: one block of at most ``max(block_elements, batch * Lk * A)`` elements,
+    On CPU in float32/float64 the C++ kernels (:mod:`attention._additive_ext`): no extra memory
+    beyond the operands' contiguous copies.  Otherwise (or with ``ATTNREPRO_ADDITIVE_CPP=0``)
+    peak extra memory: one block of at most ``max(block_elements, batch * Lk * A)`` elements,
     in the forward and the backward pass.
     """
     if wq.shape[-1] != vk.shape[-1] or u.shape[-1] != wq.shape[-1]:
         raise ValueError(f"additive scores need W s, V h and u of one hidden size, got "
                          f"{wq.shape[-1]}, {vk.shape[-1]} and {u.shape[-1]}")
+    if _additive_ext.supports(wq, vk, u):
+        return _additive_ext.scores(wq, vk, u)
     batch = torch.broadcast_shapes(wq.shape[:-2], vk.shape[:-2])
     lq, (lk, a) = wq.shape[-2], vk.shape[-2:]
     u_col = u.unsqueeze(-2).unsqueeze(-1)  # (..., 1, A, 1)
     size = rows_per_block(math.prod(batch) * lk * a, block_elements)
+    blocks = row_blocks(lq, size) or [slice(0, 0)]  # no query row: one empty block
     return torch.cat([checkpointed(_additive_block, wq[..., rows, :], vk, u_col)
-                      for rows in row_blocks(lq, size)], dim=-2)
+                      for rows in blocks], dim=-2)
 
 
 class AdditiveScore(nn.Module):

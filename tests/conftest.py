@@ -141,6 +141,18 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
 
 
+def use_native_library(monkeypatch, library) -> None:
+    """Turn ``library`` (an attention._native.NativeLibrary) and compiling on for one test and
+    build it (skip without a C++ compiler; fail if it does not build)."""
+    from attention import _compiled, _native
+
+    if _native.compiler() is None:
+        pytest.skip("no C++ compiler")
+    monkeypatch.setattr(_compiled, "COMPILE", True)
+    monkeypatch.setattr(library, "enabled", True)
+    assert library.library() is not None, f"{library.what} failed to build"
+
+
 def break_native_library(monkeypatch, tmp_path: Path, library) -> None:
     """Point ``library`` (an attention._native.NativeLibrary) at a source that does not
     compile, in an empty cache, with compiling on: its next use warns once and its callers

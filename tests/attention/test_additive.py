@@ -1,5 +1,6 @@
 """Additive attention (Bahdanau et al. 2015, Eq. 5 of the ADM paper): every context against the
-formula written out with loops, masking, blocked scores and gradients (the contracts of every
+formula written out with loops, masking, blocked scores and gradients (the C++ scores against
+the blocked ones: test_additive_pairs.py; the contracts of every
 mechanism, step-by-step decoding among them, are in test_contracts.py)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention import MultiHeadAttention, build
+from attention import MultiHeadAttention, _additive_ext, build
 from attention import additive as additive_module
 from attention.additive import additive, additive_scores
 
@@ -61,6 +62,7 @@ def test_hidden_defaults_to_memory_dim():
 
 
 def test_blocked_scores_equal_unblocked_and_stay_within_budget(monkeypatch):
+    monkeypatch.setattr(_additive_ext.LIBRARY, "enabled", False)  # the blocked path
     g = torch.Generator().manual_seed(1)
     wq = torch.randn(2, 3, 7, 5, generator=g, dtype=DT)
     vk = torch.randn(2, 3, 4, 5, generator=g, dtype=DT)
@@ -82,7 +84,8 @@ def test_blocked_scores_equal_unblocked_and_stay_within_budget(monkeypatch):
     torch.testing.assert_close(whole, naive)
 
 
-def test_blocked_scores_gradcheck():
+def test_blocked_scores_gradcheck(monkeypatch):
+    monkeypatch.setattr(_additive_ext.LIBRARY, "enabled", False)  # the blocked path
     g = torch.Generator().manual_seed(2)
     wq = torch.randn(2, 3, 3, generator=g, dtype=DT, requires_grad=True)
     vk = torch.randn(2, 4, 3, generator=g, dtype=DT, requires_grad=True)

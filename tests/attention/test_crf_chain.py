@@ -8,29 +8,22 @@ range."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
-from attention import _compiled, _crf_chain_ext, _native
+from attention import _crf_chain_ext
 from attention.structured import (
     crf_marginals,
     log_space_attention,
     log_space_marginals,
     segmentation_attention,
 )
+from tests.conftest import use_native_library
 
 
 @pytest.fixture(autouse=True)
 def native(monkeypatch):
-    if _native.compiler() is None:
-        pytest.skip("no C++ compiler")
-    monkeypatch.setattr(_compiled, "COMPILE", True)
-    monkeypatch.setattr(_crf_chain_ext.LIBRARY, "enabled", True)
-    assert _crf_chain_ext.LIBRARY.library() is not None, "the C++ chain failed to build"
+    use_native_library(monkeypatch, _crf_chain_ext.LIBRARY)
 
 
 def masks(b: int, h: int, n: int) -> dict[str, torch.Tensor | None]:
@@ -141,14 +134,3 @@ def test_not_twice_differentiable_says_so():
                                      theta, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable|backward"):
         d_theta.sum().backward()
-
-
-def test_switched_off_by_its_variable():
-    code = ("from attention import _crf_chain_ext as e; import torch; "
-            "print(e.LIBRARY.enabled, e.supports(torch.zeros(2, 3)))")
-    for value, expected in (("0", "False False"), ("1", "True True")):
-        env = {**os.environ, "ATTNREPRO_CRF_CPP": value, "ATTNREPRO_COMPILE": "1"}
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=env, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.split() == expected.split()
