@@ -305,22 +305,33 @@ def test_wikiqa_tables_are_the_committed_per_seed_csv():
         assert [report[cell][i] for i in (2, 4, 6)] == shown
 
 
-def test_structured_crf_table_is_its_rows():
-    """results/structured_crf.md's table: each (data, path) row is what its --out file holds
-    (steps/s, the ratio to softmax with its interval, step tensor MB), from the same commit."""
-    text = (RESULTS / "structured_crf.md").read_text()
-    paths = {"python": "Python recursion (`ATTNREPRO_CRF_CPP=0`)", "cpp": "C++ chain (default)"}
+# (results file stem, the mechanism, {path: its name in the table}): a C++ kernel against the
+# path it replaced, each measured by model_cost in its own process against its own softmax
+KERNEL_TABLES = [
+    ("structured_crf", "structured",
+     {"python": "Python recursion (`ATTNREPRO_CRF_CPP=0`)", "cpp": "C++ chain (default)"}),
+    ("additive_cpp", "additive",
+     {"python": "blocked tanh tensor (`ATTNREPRO_ADDITIVE_CPP=0`)", "cpp": "C++ scores (default)"}),
+]
+
+
+@pytest.mark.parametrize(("stem", "mechanism", "paths"), KERNEL_TABLES,
+                         ids=[stem for stem, _, _ in KERNEL_TABLES])
+def test_kernel_table_is_its_rows(stem, mechanism, paths):
+    """results/<stem>.md's table: each (data, path) row is what its --out file holds (steps/s,
+    the ratio to softmax with its interval, step tensor MB), from the commit it names."""
+    text = (RESULTS / f"{stem}.md").read_text()
     for data in ("imdb", "sst"):
         for path, name in paths.items():
             rows = [json.loads(line) for line in
-                    (RESULTS / "structured_crf" / f"{data}-{path}.jsonl").read_text().splitlines()]
+                    (RESULTS / stem / f"{data}-{path}.jsonl").read_text().splitlines()]
             by = {r["mechanism"]: r for r in rows}
-            s, t = by["softmax"], by["structured"]
+            s, t = by["softmax"], by[mechanism]
             assert t["setting"]["commit"] in provenance(text)["Commit"]
             row = (f"| {data} | {name} | {s['steps_per_s']:.2f} | {t['steps_per_s']:.2f} | "
                    f"{t['ratio_vs_softmax']:.2f}x [{t['ratio_low']:.2f}, {t['ratio_high']:.2f}] | "
                    f"{s['step_tensor_mb']:.1f} | {t['step_tensor_mb']:.1f} |")
-            assert row in text, f"structured_crf.md: no row {row}"
+            assert row in text, f"{stem}.md: no row {row}"
 
 
 # -- every results file: where it came from ------------------------------------------------------
