@@ -22,8 +22,6 @@
 // vector, then in double over i.  Each row r is one thread's (the forward splits query rows
 // too), so results are the same whatever the number of threads.
 
-#include <cmath>
-
 #include "_simd.h"
 
 namespace {

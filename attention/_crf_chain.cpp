@@ -47,9 +47,10 @@
 // dL/dtheta and the transition statistics (forward).
 //
 // Range: p_j is formed as a product of normalised factors, so it underflows only below
-// about 1e-308 (the vector exp gives 0 below exp(-708)); a chain whose every p_j is below 1e-290 (scores around -670 and lower, where
-// S itself is not representable) is reported (the return value counts such chains) and the
-// caller uses the log-space recursion of structured.py instead.
+// about 1e-308 (the vector exp gives 0 below exp(-708)); a chain whose every p_j is below
+// 1e-290 (scores around -670 and lower, where S itself is not representable) is reported (the
+// return value counts such chains) and the caller uses the log-space recursion of
+// structured.py instead.
 //
 // Arguments: theta (rows, n) contiguous, mask (rows, n) bool or null (all real), w: W as
 // 4 values (row major), out (rows, n); backward: grad (rows, n), dtheta (rows, n), dw: 4

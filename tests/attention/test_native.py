@@ -1,7 +1,8 @@
-"""What every C++ library of attention/ shares (attention/_native.py): each is switched off by its
-own variable, in a fresh process, and then its callers' other path runs (the kernels against
-those paths: test_coda_kernels.py, test_window_kernels.py, test_crf_chain.py,
-test_additive_pairs.py)."""
+"""The C++ libraries of attention/ (attention/_native.py): the structured CRF's and additive
+attention's are each switched off by their own variable, in a fresh process, where supports()
+then refuses every operand, so their callers take the other path (the window's and CoDA's
+variables: test_window_kernels.py; each kernel against its other path: test_coda_kernels.py,
+test_window_kernels.py, test_crf_chain.py, test_additive_pairs.py)."""
 
 from __future__ import annotations
 
