@@ -47,7 +47,10 @@ def rows_per_block(row_elements: int, block_elements: int = BLOCK_ELEMENTS) -> i
 
 
 def row_blocks(n: int, size: int) -> list[slice]:
-    """Slices cutting ``n`` rows into consecutive blocks of ``size`` rows (the last shorter)."""
+    """Slices cutting ``n`` rows into consecutive blocks of ``size`` rows (the last shorter);
+    no row: one empty block, so a loop over the blocks still yields a (empty) result."""
+    if n == 0:
+        return [slice(0, 0)]
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
@@ -84,9 +87,8 @@ def additive_scores(wq: Tensor, vk: Tensor, u: Tensor, *,
     lq, (lk, a) = wq.shape[-2], vk.shape[-2:]
     u_col = u.unsqueeze(-2).unsqueeze(-1)  # (..., 1, A, 1)
     size = rows_per_block(math.prod(batch) * lk * a, block_elements)
-    blocks = row_blocks(lq, size) or [slice(0, 0)]  # no query row: one empty block
     return torch.cat([checkpointed(_additive_block, wq[..., rows, :], vk, u_col)
-                      for rows in blocks], dim=-2)
+                      for rows in row_blocks(lq, size)], dim=-2)
 
 
 class AdditiveScore(nn.Module):
@@ -196,7 +198,7 @@ class AdditiveDecoder(DecoderCore):
         super().__init__()
         self.score = AdditiveScore(query_dim, memory_dim, hidden)
 
-    def precompute(self, h, mask=None):
+    def build_memory(self, h, mask=None):
         return {"h": h, "mask": check_mask(mask), "keys": self.score.keys(h)}
 
     def forward(self, s, memory):

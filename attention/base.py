@@ -98,6 +98,41 @@ class Mechanism:
         )
 
 
+def _length(x, dim: int) -> int:
+    return x.shape[dim] if torch.is_tensor(x) else -1
+
+
+def _refuse_empty(core: nn.Module, what: dict[str, tuple[Tensor, int]]) -> None:
+    """ValueError naming the core, the empty sequences and every shape: attention over an
+    empty sequence (no key to weigh, or no query) is undefined for every mechanism."""
+    empty = [name for name, (x, dim) in what.items() if _length(x, dim) == 0]
+    if empty:
+        shapes = ", ".join(f"{name} {tuple(x.shape)}" for name, (x, _) in what.items()
+                           if torch.is_tensor(x))
+        raise ValueError(f"{type(core).__name__}: {' and '.join(empty)} of length 0 ({shapes}); "
+                         f"attention needs at least one query and one key")
+
+
+def _argument(args: tuple, kwargs: dict, index: int, name: str):
+    return args[index] if len(args) > index else kwargs.get(name)
+
+
+def _check_multihead(core, args, kwargs) -> None:
+    _refuse_empty(core, {"queries": (_argument(args, kwargs, 0, "q"), -2),
+                         "keys": (_argument(args, kwargs, 1, "k"), -2)})
+
+
+def _check_alignment(core, args, kwargs) -> None:
+    _refuse_empty(core, {"a": (_argument(args, kwargs, 0, "a"), -2),
+                         "b": (_argument(args, kwargs, 1, "b"), -2)})
+
+
+def _check_decoder(core, args, kwargs) -> None:
+    memory = _argument(args, kwargs, 1, "memory")
+    _refuse_empty(core, {"steps": (_argument(args, kwargs, 0, "s"), 1),
+                         "memory": (memory.get("h") if isinstance(memory, dict) else None, 1)})
+
+
 class MultiHeadCore(nn.Module):
     """Context 1: the per-head part of multi-head self/cross attention.
 
@@ -110,7 +145,13 @@ class MultiHeadCore(nn.Module):
     the un-projected inputs, for mechanisms with projections of their own (window
     boundaries, additive-window local keys, localness centres).  ``weights`` are returned
     (attention or quasi-attention, exactly 0 at masked keys) when ``need_weights``.
+    No query or no key (Lq = 0 or Lk = 0) is refused with a ValueError naming the shapes;
+    :class:`attention.MultiHeadAttention` answers no query with an empty output itself.
     """
+
+    def __init__(self):
+        super().__init__()
+        self.register_forward_pre_hook(_check_multihead, with_kwargs=True)
 
     def check_causal(self) -> None:
         """Raise :class:`UnsupportedContext` if this core, as configured, cannot attend
@@ -131,7 +172,12 @@ class AlignmentCore(nn.Module):
     (beta_i), ``b_aligned[j]`` pools ``value_a`` for b_j (alpha_j).  ``weights_a[i, j]`` is
     the weight of b_j for a_i, ``weights_b[i, j]`` the weight of a_i for b_j (both in the
     La x Lb layout so they can be plotted together); CoDA has one matrix M for both.
+    An empty sequence (La = 0 or Lb = 0) is refused with a ValueError naming the shapes.
     """
+
+    def __init__(self):
+        super().__init__()
+        self.register_forward_pre_hook(_check_alignment, with_kwargs=True)
 
 
 class Alignment(NamedTuple):
@@ -173,15 +219,29 @@ class DecoderCore(nn.Module):
     """Context 3: attention of decoder states over encoder memory (RNN seq2seq).
 
     precompute(h (B,N,Dm), mask (B,N)) -> memory: whatever depends only on the source,
-        computed once per source (key projections, the density matrix's pairwise sums).
+        computed once per source (key projections, the density matrix's pairwise sums);
+        mechanisms implement it as ``build_memory`` (a dict holding the states as ``h``).
     forward(s (B,T,Dq), memory) -> (context (B,T,Dm), weights (B,T,N))  all steps at once
     step(s_t (B,Dq), memory) -> (context (B,Dm), weights (B,N))         one step (beam search)
 
     ``step`` must equal the corresponding row of ``forward``.  Beam search reorders the
     memory with :meth:`reorder` (index_select on the batch dimension of every tensor).
+    No step (T = 0) or an empty memory (N = 0, the memory's ``h``) is refused with a
+    ValueError naming the shapes.
     """
 
-    def precompute(self, h: Tensor, mask: Tensor | None) -> dict:
+    def __init__(self):
+        super().__init__()
+        self.register_forward_pre_hook(_check_decoder, with_kwargs=True)
+
+    def precompute(self, h: Tensor, mask: Tensor | None = None) -> dict:
+        """The memory of encoder states h (B,N,Dm) with ``mask`` (B,N): what
+        :meth:`build_memory` makes, after refusing an empty source (N = 0)."""
+        _refuse_empty(self, {"memory": (h, 1)})
+        return self.build_memory(h, mask)
+
+    def build_memory(self, h: Tensor, mask: Tensor | None) -> dict:
+        """What depends only on the source (each mechanism's own); its ``h`` is the states."""
         raise NotImplementedError
 
     def step(self, s_t: Tensor, memory: dict) -> tuple[Tensor, Tensor]:

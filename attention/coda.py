@@ -455,7 +455,7 @@ class CodaDecoder(DecoderCore):
         # E and N compare s_i with h_j, so s is mapped to the memory's dimension when they differ
         self.query_proj = query_projection(query_dim, memory_dim)
 
-    def precompute(self, h, mask=None):
+    def build_memory(self, h, mask=None):
         return {"h": h, "mask": mask}
 
     def forward(self, s, memory):

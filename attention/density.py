@@ -448,7 +448,7 @@ class DensityDecoder(DecoderCore):
         self.query_proj = query_projection(query_dim, memory_dim)
         self.w_s = _pair_weight(scheme, (), (memory_dim,))
 
-    def precompute(self, h, mask=None):
+    def build_memory(self, h, mask=None):
         memory = {"h": h, "mask": check_mask(mask), "keys": self.score.keys(h)}
         if self.scheme == "mqt":  # P_k, once per source
             memory["pairs"] = pair_encoding_sum(h, mask, block_elements=self.block_elements)

@@ -140,7 +140,7 @@ class LocalnessDecoder(DecoderCore):
         self.query_proj = query_projection(query_dim, memory_dim)
         self.predict = LocalnessPredictor(query_dim, 1, window)
 
-    def precompute(self, h, mask=None):
+    def build_memory(self, h, mask=None):
         mask = check_mask(mask)
         n = h.shape[1]
         positions = key_positions(mask, n, h.device).to(h.dtype)

@@ -88,7 +88,7 @@ class LuongDecoder(DecoderCore):
         self.weight = (nn.Linear(memory_dim, query_dim, bias=False) if score == "general"
                        else nn.Identity())  # W_a
 
-    def precompute(self, h, mask=None):
+    def build_memory(self, h, mask=None):
         return {"h": h, "mask": check_mask(mask), "keys": self.weight(h)}  # W_a h_j (B,N,Dq)
 
     def forward(self, s, memory):

@@ -29,6 +29,9 @@ class MultiHeadAttention(nn.Module):
     * cross-attention: the memory's keys and values are projected at the first call and
       reused after it.
 
+    No query (Lq = 0) gives an empty output (and weights) without asking the mechanism; no
+    key is refused with a ValueError (attention.base.MultiHeadCore).
+
     Every tensor in the cache has the batch first, so beam search reorders it with
     ``index_select`` on dim 0 (attention.base.select_rows).
     """
@@ -83,6 +86,10 @@ class MultiHeadAttention(nn.Module):
                 causal: bool = False, need_weights: bool = False, cache: dict | None = None):
         q = self._heads(self.q_proj(query))
         k, v, key_input, key_mask = self._keys_values(key_value, key_mask, cache)
+        if q.shape[2] == 0 and k.shape[2] > 0:  # no query: nothing to attend, in any mechanism
+            b, h, _, d = q.shape
+            weights = q.new_zeros(b, h, 0, k.shape[2]) if need_weights else None
+            return self.out_proj(query), weights
         out, weights = self.core(q, k, v, key_mask=key_mask, causal=causal,
                                  need_weights=need_weights, query_input=query,
                                  key_input=key_input)

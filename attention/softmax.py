@@ -75,7 +75,7 @@ class SoftmaxDecoder(DecoderCore):
         super().__init__()
         self.query_proj = query_projection(query_dim, memory_dim)
 
-    def precompute(self, h, mask=None):
+    def build_memory(self, h, mask=None):
         return {"h": h, "mask": mask}
 
     def forward(self, s, memory):

@@ -174,7 +174,7 @@ class StructuredDecoder(DecoderCore):
             self.additive = AdditiveScore(query_dim, memory_dim, hidden)
         self.transition = _transition()
 
-    def precompute(self, h, mask=None):
+    def build_memory(self, h, mask=None):
         keys = h if self.additive is None else self.additive.keys(h)
         return {"h": h, "mask": check_mask(mask), "keys": keys}
 

@@ -419,7 +419,7 @@ class WindowDecoder(_FlagOptions, DecoderCore):
         self.local = (LocalScores(1, query_dim, memory_dim, memory_dim)
                       if self.variant == "aw" else None)
 
-    def precompute(self, h, mask=None):
+    def build_memory(self, h, mask=None):
         mask = check_mask(mask)
         keys = self.boundaries.keys(h.unsqueeze(1) if self.boundary == "paper" else h)
         memory = {"h": h, "mask": mask, "boundary_keys": keys}  # keys (B,2,1,N,·)

@@ -10,7 +10,7 @@ import torch
 
 from attention import MultiHeadAttention, _additive_ext, build
 from attention import additive as additive_module
-from attention.additive import additive, additive_scores
+from attention.additive import additive, additive_scores, row_blocks, rows_per_block
 
 DT = torch.float64
 
@@ -175,3 +175,18 @@ def test_bad_options_and_masks(data):
         core.precompute(h.float(), mask.long())
     with pytest.raises(ValueError, match="hidden size"):
         additive_scores(torch.zeros(1, 2, 3), torch.zeros(1, 2, 4), torch.zeros(3))
+
+
+def test_row_blocks_cover_every_row_once():
+    """The block helpers of every blocked pairwise computation (additive, density): the
+    blocks cover 0..n-1 in order, none longer than ``size``; no row is one empty block, so a
+    concatenation over the blocks is an empty tensor rather than an error."""
+    for n in range(0, 12):
+        for size in range(1, 14):
+            blocks = row_blocks(n, size)
+            rows = [i for block in blocks for i in range(n)[block]]
+            assert rows == list(range(n)) and all(b.stop - b.start <= size for b in blocks)
+    assert row_blocks(0, 5) == [slice(0, 0)]
+    assert rows_per_block(10, 35) == 3 and rows_per_block(10 ** 9, 35) == 1
+    with pytest.raises(ValueError, match="positive number of elements"):
+        rows_per_block(10, 0)

@@ -15,7 +15,10 @@ tests/test_attentions.py): in each context a mechanism supports (attention/base.
     and future keys get exactly zero weight;
 (f) incremental decoding with cached keys and values (MultiHeadAttention's ``cache``) equals
     the full forward: causal self-attention fed one or two positions at a time, and
-    cross-attention with its memory projected once, reordered as beam search does.
+    cross-attention with its memory projected once, reordered as beam search does;
+(g) an empty sequence (no key, no query, no decoder step, an empty source) is refused with one
+    ValueError naming the core and the shapes, whatever the mechanism, and
+    MultiHeadAttention answers no query with an empty output.
 
 A mechanism added to the registry gets every test here; its own file keeps only the tests
 against its paper's formulas.  float64 throughout, dropout 0 (eval mode).  Where a mechanism
@@ -361,3 +364,60 @@ def test_decoder_padding_changes_nothing(mechanism):
         alone, alone_weights = core(s[n:n + 1], core.precompute(h[n:n + 1, :real], None))
         same(context[n], alone[0], f"sequence {n}: padded vs alone, context")
         same(weights[n, :, :real], alone_weights[0], f"sequence {n}: padded vs alone, weights")
+
+
+# -- (g) empty sequences -----------------------------------------------------------------------
+EMPTY = r"of length 0 \(.*\); attention needs at least one query and one key"
+
+
+@pytest.mark.parametrize("mechanism", cases("multihead"))
+def test_multihead_no_query_gives_an_empty_output(mechanism):
+    """Cross attention of no target position (MultiHeadAttention answers it; relative,
+    self-only, is asked the same over its own keys)."""
+    self_only = mechanism.name == "relative"
+    mha = block(mechanism, "self" if self_only else "cross")
+    g = torch.Generator().manual_seed(1)
+    keys = randn(2, 4, D_MODEL, g=g)
+    queries = randn(2, 0, D_MODEL, g=g)
+    out, weights = mha(queries, keys, lengths_mask((4, 2)), need_weights=True)
+    assert out.shape == (2, 0, D_MODEL) and weights.shape == (2, N_HEADS, 0, 4)
+    out.sum().backward()  # an empty loss term trains nothing and breaks nothing
+    grad = mha.out_proj.weight.grad
+    assert torch.equal(grad, torch.zeros_like(grad))
+
+
+@pytest.mark.parametrize("mechanism,mode", cases("multihead", MODES))
+def test_multihead_no_key_is_refused(mechanism, mode):
+    mha, queries, keys, mask = multihead(mechanism, mode)
+    empty = keys[:, :0]
+    with pytest.raises(ValueError, match=f"keys {EMPTY}"):
+        mha(queries if mode == "cross" else empty, empty, mask[:, :0],
+            causal=mode == "causal")
+    core_q = torch.zeros(2, N_HEADS, 0, D_MODEL // N_HEADS, dtype=DT)
+    with pytest.raises(ValueError, match=f"{type(mha.core).__name__}: queries and keys {EMPTY}"):
+        mha.core(core_q, core_q, core_q, causal=mode == "causal")
+
+
+@pytest.mark.parametrize("mechanism", cases("alignment"))
+@pytest.mark.parametrize("empty", ["a", "b"])
+def test_alignment_empty_sequence_is_refused(mechanism, empty):
+    core, (a, b, mask_a, mask_b, value_a, value_b) = alignment(mechanism)
+    if empty == "a":
+        a, mask_a, value_a = a[:, :0], mask_a[:, :0], value_a[:, :0]
+    else:
+        b, mask_b, value_b = b[:, :0], mask_b[:, :0], value_b[:, :0]
+    with pytest.raises(ValueError, match=f"{type(core).__name__}: {empty} {EMPTY}"):
+        align(core, a, b, mask_a, mask_b, value_a, value_b)
+
+
+@pytest.mark.parametrize("mechanism", cases("decoder"))
+def test_decoder_empty_source_or_no_step_is_refused(mechanism):
+    core, s, h, mask = decoder(mechanism)
+    name = type(core).__name__
+    with pytest.raises(ValueError, match=f"{name}: memory {EMPTY}"):
+        core.precompute(h[:, :0], mask[:, :0])
+    memory = core.precompute(h, mask)
+    with pytest.raises(ValueError, match=f"{name}: steps {EMPTY}"):
+        core(s[:, :0], memory)
+    with pytest.raises(ValueError, match=f"{name}: memory {EMPTY}"):
+        core(s, {**memory, "h": h[:, :0]})  # a memory made by hand, not by precompute
