@@ -45,7 +45,7 @@ from experiments.harness.grid_model import (
 )
 from experiments.harness.preflight import check_cells, check_folder, root_note
 from experiments.harness.replaced import set_aside, settle
-from experiments.harness.runs import read_run_metrics
+from experiments.harness.runs import read_run_metrics, run_finished
 from experiments.harness.watch import CellWatch, StatusLines, duration, watcher
 from fileio import checkpoint_step, write_atomic
 
@@ -112,9 +112,9 @@ class GridRun:
         return self.experiment.grid_folder(self.grid, self.config)
 
     def finished(self, job: Job) -> bool:
-        """Whether the job's run folder holds every metric of the grid (a run that ended)."""
-        return all(v is not None for v in
-                   read_run_metrics(self.folder / job.name, self.grid).values())
+        """Whether the job's run folder holds the metrics of a run that ended
+        (experiments.harness.runs.finishing_metrics)."""
+        return run_finished(self.folder / job.name, self.grid, job.cell)
 
     def command(self, job: Job) -> list[str]:
         return cell_command(self.experiment, self.grid, job.cell, job.seed, self.config,

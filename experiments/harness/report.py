@@ -25,6 +25,7 @@ from experiments.harness.runs import (
     curve_metric,
     learning_curves,
     settings_differences,
+    unfinished_runs,
 )
 from experiments.harness.scale import scale_line
 from experiments.harness.significance import mean_std
@@ -55,18 +56,22 @@ def format_report(experiment: Experiment, grid: Grid, config: str) -> str:
     def ratio(value, base) -> str:
         return "-" if value is None or not base else f"{value / base:.2f}x"
 
+    root = experiment.grid_folder(grid, config)
     for cell in grid.cells:
         row = [cell.name]
+        # runs still training (or stopped before their test): counted, never averaged
+        going = len(unfinished_runs(root, cell, grid))
         for label in grid.metrics:
             paper = cell.paper.get(label)
             row.append("-" if paper is None else f"{paper:.2f}")
             vals = results[cell.name][label]
             if not vals:
-                row.append("not run")
+                row.append(f"not run ({going} unfinished)" if going else "not run")
             else:
                 m, s = mean_std(vals)  # sample std; one seed has no spread to show
                 spread = f" ± {s:.2f}" if len(vals) > 1 else ""
-                row.append(f"{m:.2f}{spread} (n={len(vals)})")
+                more = f"; {going} unfinished" if going else ""
+                row.append(f"{m:.2f}{spread} (n={len(vals)}{more})")
             if label in grid.relative_to:
                 base = grid.cell(grid.relative_to[label])
                 base_vals = results[base.name][label]

@@ -115,14 +115,38 @@ def read_run_metrics(run_dir: Path, grid: Grid) -> dict[str, float | None]:
     return {label: record.last(key) for label, key in grid.metrics.items()}
 
 
+def finishing_metrics(grid: Grid, cell: Cell) -> dict[str, str]:
+    """The metrics a run of ``cell`` has logged once it has ended: the grid's test metrics
+    the cell's paper gives a number for (an SNLI cell logs no MNLI mismatched accuracy), else
+    the grid's first test metric; a grid without test metrics: all of its metrics.  (Cost
+    and ``hparams/`` metrics are logged while a run trains, so they never tell.)"""
+    tests = {label: key for label, key in grid.metrics.items() if key.startswith("test/")}
+    named = {label: key for label, key in tests.items() if cell.paper.get(label) is not None}
+    return named or dict(list(tests.items())[:1]) or dict(grid.metrics)
+
+
+def run_finished(run_dir: Path, grid: Grid, cell: Cell) -> bool:
+    """Whether a run folder of ``cell`` holds :func:`finishing_metrics` (a run that ended):
+    one still training, or stopped before its test, has logged its cost but has no result."""
+    logged = read_run_metrics(run_dir, grid)
+    return all(logged[label] is not None for label in finishing_metrics(grid, cell))
+
+
+def unfinished_runs(root: Path, cell: Cell, grid: Grid) -> list[Path]:
+    """The runs of ``cell`` under ``root`` that started logging but have not finished."""
+    return [d for d in cell_runs(root, cell)
+            if read_run(d).has_metrics and not run_finished(d, grid, cell)]
+
+
 def seed_values(root: Path, cell: Cell, grid: Grid) -> dict[str, list[float]]:
-    """metric label -> the values (as logged) of ``cell``'s seeds under the grid folder
-    ``root`` that logged it."""
+    """metric label -> the values (as logged) of ``cell``'s finished seeds under the grid
+    folder ``root`` (:func:`run_finished`: a run still training has logged some of them)."""
     values: dict[str, list[float]] = {label: [] for label in grid.metrics}
     for run_dir in cell_runs(root, cell):
-        for label, v in read_run_metrics(run_dir, grid).items():
-            if v is not None:
-                values[label].append(v)
+        if run_finished(run_dir, grid, cell):
+            for label, v in read_run_metrics(run_dir, grid).items():
+                if v is not None:
+                    values[label].append(v)
     return values
 
 
@@ -165,9 +189,10 @@ def settings_differences(run_dirs: list[Path],
 
 def check_same_settings(root: Path, grid: Grid) -> None:
     """Raise :class:`MixedRunsError` naming the cell, the differing keys and each run's value
-    when the finished runs of one of ``grid``'s cells under ``root`` differ in a setting."""
+    when the finished runs of one of ``grid``'s cells under ``root`` (those averaged:
+    :func:`run_finished`) differ in a setting."""
     for cell in grid.cells:
-        runs = [d for d in cell_runs(root, cell) if read_run(d).has_metrics]
+        runs = [d for d in cell_runs(root, cell) if run_finished(d, grid, cell)]
         differences = settings_differences(runs)
         if differences:
             shown = "; ".join(f"{key}: " + ", ".join(f"{name} {value!r}" for name, value
@@ -201,15 +226,17 @@ COST_COLUMNS = {"params (M)": ("hparams/n_parameters", 1e-6, 2),
 
 def cost_values(experiment: Experiment, grid: Grid, config: str
                 ) -> dict[str, dict[str, float | None]]:
-    """cell -> cost column -> the mean over its seeds in the column's unit, rounded to the
-    decimals it is shown with (None where not logged)."""
+    """cell -> cost column -> the mean over its finished seeds (those the quality columns
+    average: :func:`run_finished`) in the column's unit, rounded to the decimals it is shown
+    with (None where not logged)."""
     costs = {label: key for label, (key, _, _) in COST_COLUMNS.items()
              if key not in grid.metrics.values()}
-    probe = Grid(grid.name, grid.title, costs, grid.cells)
     root = experiment.grid_folder(grid, config)
     out = {}
     for cell in grid.cells:
-        values = seed_values(root, cell, probe)
+        runs = [read_run(d) for d in cell_runs(root, cell) if run_finished(d, grid, cell)]
+        values = {label: [v for r in runs if (v := r.last(key)) is not None]
+                  for label, key in costs.items()}
         out[cell.name] = {
             label: (round(sum(vals) / len(vals) * COST_COLUMNS[label][1],
                           COST_COLUMNS[label][2]) if vals else None)

@@ -203,7 +203,7 @@ def slice_results(experiment: Experiment, grid: Grid, config: str, slicings: lis
     out = []
     for baseline, proposal, label, _ in claim_metrics(grid):
         key = labels[label]
-        found = seed_pairs(root, grid.cell(baseline), grid.cell(proposal))
+        found = seed_pairs(root, grid, grid.cell(baseline), grid.cell(proposal))
         why, pairs = "", []
         if not found:
             why = "not run (no seed of both cells)"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from experiments.harness import significance as sig
 from experiments.harness.grid_model import Cell, Experiment, Grid, cell_runs, seed_of
-from experiments.harness.runs import read_run
+from experiments.harness.runs import run_finished
 from experiments.harness.scale import Scale, grid_scales
 
 #: resamples of the paired tests in ``report`` (and their random seed: the report is the
@@ -107,7 +107,7 @@ def claim_results(experiment: Experiment, grid: Grid, config: str,
     for baseline, proposal, label, paper_diff in claim_metrics(grid):
         key = labels[label]
         scale = scales[baseline]
-        found = _paired_units(root, grid.cell(baseline), grid.cell(proposal), key)
+        found = _paired_units(root, grid, grid.cell(baseline), grid.cell(proposal), key)
         if isinstance(found, str):
             out.append(ClaimResult(baseline, proposal, label, paper_diff, why=found,
                                    scale=scale))
@@ -130,22 +130,23 @@ def paper_verdict(c: sig.Comparison, paper_diff: float | None) -> str:
     return c.verdict
 
 
-def seed_pairs(root: Path, baseline: Cell, proposal: Cell) -> list[tuple[int, Path, Path]]:
-    """(seed, baseline run folder, proposal run folder) for each seed both cells ran (that
-    started logging) under the grid folder ``root``, in seed order: the pairs a claim is
-    tested on."""
+def seed_pairs(root: Path, grid: Grid, baseline: Cell, proposal: Cell
+               ) -> list[tuple[int, Path, Path]]:
+    """(seed, baseline run folder, proposal run folder) for each seed both cells of ``grid``
+    finished (:func:`run_finished`: a run still training is left out) under the grid folder
+    ``root``, in seed order: the pairs a claim is tested on."""
     seeds = {}
     for cell in (baseline, proposal):
         seeds[cell.name] = {seed_of(d, cell): d for d in cell_runs(root, cell)
-                            if read_run(d).has_metrics}
+                            if run_finished(d, grid, cell)}
     common = sorted(set(seeds[baseline.name]) & set(seeds[proposal.name]))
     return [(seed, seeds[baseline.name][seed], seeds[proposal.name][seed]) for seed in common]
 
 
-def _paired_units(root: Path, baseline: Cell, proposal: Cell, key: str):
+def _paired_units(root: Path, grid: Grid, baseline: Cell, proposal: Cell, key: str):
     """(kind, baseline stats per seed, proposal stats per seed, units) over the seeds both
-    cells ran, or why there is no comparison (a short text for the table)."""
-    pairs = seed_pairs(root, baseline, proposal)
+    cells finished, or why there is no comparison (a short text for the table)."""
+    pairs = seed_pairs(root, grid, baseline, proposal)
     if not pairs:
         return "not run (no seed of both cells)"
     return _units_of_pairs(pairs, key)
@@ -179,7 +180,7 @@ def folder_results(experiment: Experiment, grid: Grid, config: str,
     label, key = next(iter(labels.items()))
     out = []
     for cell in grid.cells:
-        runs = [{seed_of(d, cell): d for d in cell_runs(root, cell) if read_run(d).has_metrics}
+        runs = [{seed_of(d, cell): d for d in cell_runs(root, cell) if run_finished(d, grid, cell)}
                 for root in (here, there)]
         if not runs[0] and not runs[1]:
             continue

@@ -164,7 +164,12 @@ def test_report_reads_hyperparameters_and_scales_each_column(tmp_path, monkeypat
     ours.mkdir()
     (ours / "metrics.csv").write_text("step,train/steps_per_second\n9,2.0\n")
     rows = format_report(experiment, grid, "smoke").splitlines()
-    assert "| ours | - | not run | - | 2.00 (n=1) | - | 0.80x | - | - |" in rows
+    # a grid without test metrics: a run has ended when it holds every one of them
+    assert "| ours | - | not run (1 unfinished) | - | not run (1 unfinished) | - | - | - | - |" \
+        in rows
+    (ours / "hparams.yaml").write_text("n_parameters: 1000000\n")
+    rows = format_report(experiment, grid, "smoke").splitlines()
+    assert "| ours | - | 1.00 (n=1) | - | 2.00 (n=1) | - | 0.80x | - | - |" in rows
 
 
 def test_wandb_disabled_writes_nothing(env, tmp_path):

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from experiments import coda_sentiment, dwin_lm
+from experiments import attention_compare, coda_nli, coda_sentiment, dwin_lm
 from experiments.harness.grid_model import Cell, Grid
+from experiments.harness.launch import GridRun, Job
 from experiments.harness.report import format_report
+from experiments.harness.runs import finishing_metrics, run_finished
 from experiments.harness.significance import aggregate, metric_name, run_units
 
 
@@ -177,6 +179,56 @@ def test_report_tests_each_claim_and_shows_cost(tmp_path, monkeypatch):
          'on the 67K phrases, scored on the 872 dev sentences); 2000 steps. Ours: HF '
          'tokenizers BPE of the same sizes; see the configs for the remaining differences.',
     ]
+
+
+def test_a_run_still_training_is_counted_never_averaged(tmp_path, monkeypatch):
+    """A grid read while it runs: a run that has logged its cost but not its test result is
+    shown as unfinished, and neither its cost nor any partial metric enters the means."""
+    monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path))
+    group = tmp_path / "coda_sentiment" / "table5-paper"
+    cost = {"train/steps_per_second": 2.0, "train/peak_memory_mb": 500.0,
+            "train/wall_seconds": 60.0}
+    write_run(group / "imdb-transformer-seed0", classified([True] * 4),
+              {"test/acc": 0.75, **cost}, n_parameters=1_500_000)
+    write_run(group / "imdb-transformer-seed1", [],
+              {"train/steps_per_second": 9.0, "train/wall_seconds": 6000.0},
+              n_parameters=1_500_000)  # training: no test/acc yet
+    write_run(group / "imdb-coda-seed0", [], cost, n_parameters=1_500_000)
+    (group / "sst-coda-seed0").mkdir(parents=True)  # made, nothing logged yet: not counted
+    lines = format_report(coda_sentiment.EXPERIMENT, coda_sentiment.EXPERIMENT.grid("table5"),
+                          "paper").splitlines()
+    assert lines[6:10] == [
+        "| imdb-transformer | 82.60 | 75.00 (n=1; 1 unfinished) | 1.50 | 2.00 | 500 | 1.0 |",
+        "| imdb-coda | 83.30 | not run (1 unfinished) | - | - | - | - |",
+        "| sst-transformer | 78.90 | not run | - | - | - | - |",
+        "| sst-coda | 80.60 | not run | - | - | - | - |"]
+    assert ("| imdb-coda vs imdb-transformer | Acc | +0.70 | not run (no seed of both cells) "
+            "| | | | | the paper config's 2,000 steps |") in lines
+
+
+def test_a_run_has_ended_when_it_holds_its_cells_test_metrics(tmp_path, monkeypatch):
+    """What tells a run that ended from one still training, for report and --skip-done alike:
+    the test metrics its cell's paper gives (an SNLI cell of CoDA Table 3 never logs MNLI's
+    mismatched accuracy, so requiring every grid metric re-ran it for ever), else the first
+    test metric; a grid of validation metrics only needs all of them."""
+    table3 = coda_nli.EXPERIMENT.grid("table3")
+    snli, mnli = table3.cell("snli-coda"), table3.cell("mnli-coda")
+    assert finishing_metrics(table3, snli) == {"Acc": "test/acc"}
+    assert finishing_metrics(table3, mnli) == {"Acc": "test/acc",
+                                               "MNLI mm": "test/acc_mismatched"}
+    compare = attention_compare.EXPERIMENT.grid("imdb")  # no paper numbers
+    assert finishing_metrics(compare, compare.cells[0]) == {"Acc": "test/acc"}
+    table8 = coda_nli.EXPERIMENT.grid("table8")  # development accuracy
+    assert finishing_metrics(table8, table8.cells[0]) == table8.metrics
+    monkeypatch.setenv("ATTNREPRO_RUNS", str(tmp_path))
+    group = tmp_path / "coda_nli" / "table3-paper"
+    write_run(group / "snli-coda-seed0", [], {"test/acc": 0.8})
+    write_run(group / "mnli-coda-seed0", [], {"test/acc": 0.7})  # mismatched not yet
+    write_run(group / "snli-softmax-seed0", [], {"train/steps_per_second": 3.0})
+    run = GridRun(coda_nli.EXPERIMENT, table3, "paper", [])
+    assert [run.finished(Job(cell, 0)) for cell in (snli, mnli, table3.cell("snli-softmax"))] \
+        == [True, False, False]
+    assert run_finished(group / "snli-coda-seed0", table3, snli)
 
 
 def test_report_says_why_a_claim_is_not_tested(tmp_path, monkeypatch):
