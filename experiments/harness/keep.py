@@ -33,7 +33,7 @@ import yaml
 
 from experiments.harness.command_line import add_config_arguments, chosen_config, command_parser
 from experiments.harness.grid_model import Experiment, cell_runs, group_name, shown_path
-from experiments.harness.runs import read_run_metrics
+from experiments.harness.runs import finishing_metrics, run_finished
 
 #: the files of a finished run that a commit keeps, beside its per-example files
 RUN_FILES = ("metrics.csv", "config.yaml", "hparams.yaml")
@@ -70,16 +70,16 @@ def keep_runs(experiment: Experiment, argv: list[str]) -> None:
     source = experiment.grid_folder(grid, config)
     target = args.to / experiment.name / group_name(grid, config)
     in_place = target.resolve() == source.resolve()
-    runs = [run for cell in cells for run in cell_runs(source, cell)]
+    runs = [(cell, run) for cell in cells for run in cell_runs(source, cell)]
     if not runs:
         raise SystemExit(f"{prog}: no run of {', '.join(c.name for c in cells)} in "
                          f"{shown_path(source)}")
     counts = TokenCounts(prog) if args.tokens_from_data else None
     refused = []
-    for run in runs:
-        if any(v is None for v in read_run_metrics(run, grid).values()):
-            print(f"  {run.name}: not finished (its CSV lacks a metric of the grid): not kept",
-                  flush=True)
+    for cell, run in runs:
+        if not run_finished(run, grid, cell):
+            print(f"  {run.name}: not finished (its CSV lacks "
+                  f"{', '.join(finishing_metrics(grid, cell).values())}): not kept", flush=True)
             continue
         out = target / run.name
         if not in_place and not args.force and (out / "metrics.csv").exists():

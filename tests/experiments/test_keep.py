@@ -91,7 +91,7 @@ def test_keep_copies_finished_runs_without_the_text(tmp_path, monkeypatch, capsy
     out = capsys.readouterr().out
     kept = tmp_path / "kept" / Path(*GROUP)
     assert sorted(p.name for p in kept.iterdir()) == ["sst-coda-seed0", "sst-transformer-seed0"]
-    assert "sst-coda-seed1: not finished (its CSV lacks a metric of the grid): not kept" in out
+    assert "sst-coda-seed1: not finished (its CSV lacks test/acc): not kept" in out
     run = kept / "sst-coda-seed0"
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "hparams.yaml",
                                                      "metrics.csv", "predictions-test.jsonl"]
