@@ -305,6 +305,10 @@ def seeds_and_cells(folder: Path) -> tuple[int, int]:
     return len(counts), min(counts.values())
 
 
+# the datasets of attention_compare.py's grids: (grid, how the README names it)
+COMPARED = (("sst", "SST"), ("imdb", "IMDb"))
+
+
 def seed_words(n: int) -> str:
     """How the README names the first n seeds: "seed 0", "seeds 0 and 1", "seeds 0, 1 and 2"."""
     return "seed 0" if n == 1 else f"seeds {', '.join(map(str, range(n - 1)))} and {n - 1}"
@@ -335,11 +339,15 @@ def test_readme_numbers_are_their_results_files():
     label = (f"| DW 5, IMDB accuracy on the complete aclImdb, {len(counts)} of 5 cells, "
              f"{seed_words(most)}{f' ({fewer})' if fewer else ''} |")
     assert label in README, f"README: DW Table 5's IMDB row by the committed runs: {label!r}"
-    cells, seeds = seeds_and_cells(RESULTS / "attention_compare_runs/attention_compare/sst-paper")
-    for said_here in (f"at size so far SST {seed_words(seeds)} of all {cells} cells",
-                      f"Scale so far: {seed_words(seeds)} of all {cells} SST cells",
-                      f"| SST accuracy (mean of {seed_words(seeds)}) |"):
-        assert said_here in said, f"README on Which attention?: {said_here!r} (committed runs)"
+    for data, name in COMPARED:
+        cells, seeds = seeds_and_cells(RESULTS / f"attention_compare_runs/attention_compare/"
+                                                 f"{data}-paper")
+        mean = "mean of " if seeds > 1 else ""
+        for said_here in (f"{name} {seed_words(seeds)} of all {cells} cells",
+                          f"{seed_words(seeds)} of all {cells} {name} cells",
+                          f"| {name} accuracy ({mean}{seed_words(seeds)}) |"):
+            assert said_here in said, \
+                f"README on Which attention?: {said_here!r} (committed runs)"
 
 
 def test_readme_number_readers_read_their_files():
@@ -352,17 +360,21 @@ def test_readme_number_readers_read_their_files():
     assert [seed_words(n) for n in (1, 2, 3)] == ["seed 0", "seeds 0 and 1", "seeds 0, 1 and 2"]
 
 
-def test_which_attention_rows_are_the_comparisons_report():
-    """Each row of the README's "Which attention?" table (accuracy, paired difference to
-    softmax with its interval, training steps/s and tensor memory against softmax's,
-    interleaved) is what results/attention_compare.md's report printed."""
+@pytest.mark.parametrize("data,dataset", COMPARED)
+def test_which_attention_rows_are_the_comparisons_report(data, dataset):
+    """Each row of the README's "Which attention?" table of a dataset (accuracy, paired
+    difference to softmax with its interval, training steps/s and tensor memory against
+    softmax's, interleaved) is what results/attention_compare.md's report printed."""
     report = (RESULTS / "attention_compare.md").read_text()
     section = README.split("### Which attention?", 1)[1].split("\n#", 1)[0]
-    rows = re.findall(r"^\| `(\S+)` \| ([\d.]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$",
+    table = re.search(rf"^\| mechanism \| {dataset} accuracy .*\n\|[-| ]+\|\n((?:\|.*\|\n)+)",
                       section, flags=re.M)
-    assert len(rows) == 11, "README's Which attention? table: one row per SST cell"
+    assert table, f"README's Which attention? section has no {dataset} table"
+    rows = re.findall(r"^\| `(\S+)` \| ([\d.]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$",
+                      table.group(1), flags=re.M)
+    assert len(rows) == 11, f"README's Which attention? {dataset} table: one row per cell"
     for cell, accuracy, diff, speed, memory in rows:
-        name = f"sst-{cell}"
+        name = f"{data}-{cell}"
         cost = re.search(rf"^\| {re.escape(name)} \| [\d.]+ \| [\d.]+ \| "
                          rf"([\d.]+x \[[\d.]+, [\d.]+\]) \| [\d.]+ \| ([\d.]+x) \|$",
                          report, flags=re.M)
@@ -370,9 +382,10 @@ def test_which_attention_rows_are_the_comparisons_report():
         assert (speed.strip(), memory.strip()) == (cost.group(1).strip(),
                                                    cost.group(2).strip()), name
         if cell == "softmax":
-            assert re.search(rf"\| sst-softmax \| - \| {accuracy}( ± [\d.]+)? \(n=\d\) \|", report)
+            assert re.search(rf"\| {data}-softmax \| - \| {accuracy}( ± [\d.]+)? \(n=\d\) \|",
+                             report), f"README's {name} accuracy {accuracy} is not the report's"
             continue
-        claim = re.search(rf"^\| {re.escape(name)} vs sst-softmax \| Acc \| - \| "
+        claim = re.search(rf"^\| {re.escape(name)} vs {data}-softmax \| Acc \| - \| "
                           rf"[\d.]+ -> {accuracy} \| ([^|]+) \|", report, flags=re.M)
         assert claim, f"README's {name} accuracy {accuracy} is not the report's"
         assert diff.strip() == claim.group(1).strip(), name

@@ -150,6 +150,8 @@ REPORTS = [
      "experiments/dwin_classification.py", ["table5", "--config", "paper"]),
     ("attention_compare.md", "## Runs so far: SST", "attention_compare_runs",
      "experiments/attention_compare.py", ["sst", "--config", "paper"]),
+    ("attention_compare.md", "## Runs so far: IMDb", "attention_compare_runs",
+     "experiments/attention_compare.py", ["imdb", "--config", "paper"]),
     # report --slices (issue 48): the claims within slices of the test set
     ("coda_mlu_table6_100k.md", "## Slices: where the gain is", "coda_mlu_table6_runs",
      "experiments/coda_mlu.py", ["table6_chosen", "--config", "table6_100k", "--slices"]),
