@@ -106,6 +106,9 @@ class GridRun:
     extra: list[str]
     threads: int | None = None  # torch threads per run (None: torch's default)
     resume: bool = False  # --skip-done: a stopped run goes on from its latest checkpoint
+    # --force: the runs that had finished when the grid listed its jobs, to be replaced; any
+    # other run found finished when its turn comes was finished meanwhile by another process
+    replacing: frozenset[str] = frozenset()
 
     @property
     def folder(self) -> Path:
@@ -197,8 +200,10 @@ def run_grid(experiment: Experiment, argv: list[str]) -> GridDone | None:
             print(" ".join(run.command(job)))
         return None
     check_cells(experiment, prog, config, [c for c in cells if any(j.cell is c for j in todo)])
-    finished = [job for job in todo if run.finished(job)] if not args.force else []
-    if finished:  # a finished run is replaced only when asked
+    finished = [job for job in todo if run.finished(job)]
+    if args.force:  # replaced when their turn comes; no other finished run is
+        run.replacing = frozenset(job.name for job in finished)
+    elif finished:  # a finished run is replaced only when asked
         raise SystemExit(f"{experiment.name}.py grid: {len(finished)} run(s) in {run.folder} "
                          f"finished before: {', '.join(job.label for job in finished)}; "
                          "--skip-done keeps them (and runs the others), --force replaces them")
@@ -255,6 +260,7 @@ class GridOutcome:
     started: set[str] = field(default_factory=set)  # the names of the jobs started
     failed: list[Path] = field(default_factory=list)
     held: list[Path] = field(default_factory=list)
+    kept: list[Path] = field(default_factory=list)  # finished meanwhile by another process
 
 
 class StopRequest:
@@ -415,6 +421,14 @@ def _run_jobs(run: GridRun, jobs: int, todo: list[Job], outcome: GridOutcome,
                 print(f"  NOT RUN {job.label}: another grid is running it "
                       f"({lock_holder(run.folder, job.name)}); rerun with --skip-done "
                       "once it has finished", flush=True)
+                continue
+            if job.name not in run.replacing and run.finished(job):
+                # another grid or cell ran it after this grid listed its jobs: a resume
+                # from its last checkpoint would test it again, a fresh start replace it
+                lock.close()
+                outcome.kept.append(run.folder / job.name)
+                print(f"  kept {job.label}: finished meanwhile (another grid or cell ran it "
+                      "after this grid listed its runs)", flush=True)
                 continue
             launched = run.launch(job)
             launched.lock = lock

@@ -84,6 +84,22 @@ FIG2_EXACT_ABS = 1e-3
 #: (Intel Xeon, AVX-512 BF16 and AMX, against the committed AMD EPYC AVX-512 file) and 0.0085
 #: (AMD EPYC AVX2, torch's 'default' kernels against its AVX2 ones): twice the larger spread
 FIG2_HOSTS_ABS = 0.04
+#: Figure 2's rows up to FIG2_EXACT steps that count word pairs beyond a threshold ("near 0",
+#: "saturated", "above 0.95", "negative"): a pair whose value lies within the last bits of the
+#: threshold flips with the CPU's kernels, so such a fraction moves in steps of pairs where a
+#: mean does not. Measured: 0.0012 ("tanh(E) near 0", centred gate, step 5: 0.0038 against the
+#: file's 0.005) on an AMD EPYC with AVX-512 BF16 (2026-11-29), every other step-5 number
+#: within 0.0005 there; two and a half times that
+FIG2_THRESHOLD_ABS = 3e-3
+
+
+def fig2_tolerance(step: int, stat: str) -> float:
+    """How far a Figure 2 summary number ``stat`` at ``step`` may differ from the committed
+    file's on another CPU."""
+    if step > figures.FIG2_EXACT:
+        return FIG2_HOSTS_ABS
+    counted = any(word in stat for word in ("near 0", "saturated", "above", "negative"))
+    return FIG2_THRESHOLD_ABS if counted else FIG2_EXACT_ABS
 #: numbers before the first optimizer step and the training losses of the first FIRST_STEPS
 #: steps: the kernels' last-bit differences (up to 1.9e-6 in the initialisation) barely grow
 #: through the first five Adam steps (Figure 2's rows at step 5: 0.0006 between the Xeon's
@@ -225,6 +241,9 @@ def test_stale_or_unclean_notebooks_are_found():
     drift["rows"][key5]["sigmoid(N) mean"] += FIG2_HOSTS_ABS / 2
     assert [d.split(":")[0] for d in check_differences(check, drift)] == [
         f"rows/{key5}/sigmoid(N) mean"]
+    assert fig2_tolerance(figures.FIG2_EXACT, "sigmoid(N) mean") == FIG2_EXACT_ABS
+    assert fig2_tolerance(figures.FIG2_EXACT, "tanh(E) near 0") == FIG2_THRESHOLD_ABS
+    assert fig2_tolerance(figures.FIG2_CHECK, "tanh(E) near 0") == FIG2_HOSTS_ABS
 
 
 def test_make_notebooks_executes_every_notebook_at_the_full_setting():
@@ -333,8 +352,10 @@ def test_notebook_runs(path, shared, monkeypatch, tmp_path):
         short = [key for key in committed if key[1] <= figures.FIG2_CHECK]
         assert set(ours) == set(short)
         for key in short:
-            tolerance = FIG2_EXACT_ABS if key[1] <= figures.FIG2_EXACT else FIG2_HOSTS_ABS
-            assert ours[key] == pytest.approx(committed[key], abs=tolerance), key
+            assert set(ours[key]) == set(committed[key]), key
+            for stat, value in ours[key].items():
+                assert value == pytest.approx(committed[key][stat],
+                                              abs=fig2_tolerance(key[1], stat)), (key, stat)
 
 
 def check_anatomy(summary: dict) -> None:

@@ -340,14 +340,27 @@ def test_readme_numbers_are_their_results_files():
              f"{seed_words(most)}{f' ({fewer})' if fewer else ''} |")
     assert label in README, f"README: DW Table 5's IMDB row by the committed runs: {label!r}"
     for data, name in COMPARED:
-        cells, seeds = seeds_and_cells(RESULTS / f"attention_compare_runs/attention_compare/"
-                                                 f"{data}-paper")
-        mean = "mean of " if seeds > 1 else ""
-        for said_here in (f"{name} {seed_words(seeds)} of all {cells} cells",
-                          f"{seed_words(seeds)} of all {cells} {name} cells",
-                          f"| {name} accuracy ({mean}{seed_words(seeds)}) |"):
+        for said_here in compared_scale(data, name, seeds_per_cell(
+                RESULTS / f"attention_compare_runs/attention_compare/{data}-paper")):
             assert said_here in said, \
                 f"README on Which attention?: {said_here!r} (committed runs)"
+
+
+def compared_scale(data: str, name: str, counts: dict[str, int]) -> tuple[str, ...]:
+    """What the README says of a comparison grid's committed seeds: the seeds every cell has
+    ("IMDb seed 0 of all 11 cells") and, while a seed is committed for some cells only (a
+    session ended between its runs), which cells have more ("(softmax: seeds 0 and 1)");
+    the table's accuracy header names the seeds its means are over."""
+    least = min(counts.values())
+    more = "; ".join(f"{cell.removeprefix(f'{data}-')}: {seed_words(n)}"
+                     for cell, n in counts.items() if n > least)
+    extra = f" ({more})" if more else ""
+    if more:
+        header = f"| {name} accuracy (mean of each cell's seeds: {seed_words(least)}; {more}) |"
+    else:
+        header = f"| {name} accuracy ({'mean of ' if least > 1 else ''}{seed_words(least)}) |"
+    return (f"{name} {seed_words(least)} of all {len(counts)} cells{extra}",
+            f"{seed_words(least)} of all {len(counts)} {name} cells{extra}", header)
 
 
 def test_readme_number_readers_read_their_files():
@@ -358,6 +371,14 @@ def test_readme_number_readers_read_their_files():
              "(absent until its first run) |\n")
     assert make_results_minutes(index) == (18, 23)
     assert [seed_words(n) for n in (1, 2, 3)] == ["seed 0", "seeds 0 and 1", "seeds 0, 1 and 2"]
+    assert compared_scale("imdb", "IMDb", {"imdb-a": 2, "imdb-b": 2}) == (
+        "IMDb seeds 0 and 1 of all 2 cells", "seeds 0 and 1 of all 2 IMDb cells",
+        "| IMDb accuracy (mean of seeds 0 and 1) |")
+    assert compared_scale("imdb", "IMDb", {"imdb-a": 1, "imdb-b": 2, "imdb-c": 3}) == (
+        "IMDb seed 0 of all 3 cells (b: seeds 0 and 1; c: seeds 0, 1 and 2)",
+        "seed 0 of all 3 IMDb cells (b: seeds 0 and 1; c: seeds 0, 1 and 2)",
+        "| IMDb accuracy (mean of each cell's seeds: seed 0; b: seeds 0 and 1; c: seeds 0, 1 "
+        "and 2) |")
 
 
 @pytest.mark.parametrize("data,dataset", COMPARED)

@@ -126,3 +126,43 @@ def test_stopping_a_grid_stops_its_cells(env, tmp_path):
     while cell_pids("transformer-seed0", env) and time.time() < deadline:
         time.sleep(0.5)
     assert not cell_pids("transformer-seed0", env)  # no orphan left
+
+
+#: a stand-in for a cell's ``fit`` that, while it runs, sees another process finish the
+#: other cell's run (a second grid ahead of this one): both folders get the grid's metric
+FINISHING_FIT = """
+import sys
+from pathlib import Path
+args = dict(a.removeprefix("--").split("=", 1) for a in sys.argv if a.startswith("--run."))
+group = Path({runs!r}) / "coda_mlu" / args["run.group"]
+with open({launched!r}, "a") as log:
+    log.write(args["run.name"] + "\\n")
+for name, value in ((args["run.name"], 5), ({other!r}, 7)):
+    (group / name).mkdir(parents=True, exist_ok=True)
+    (group / name / "metrics.csv").write_text(f"step,test/exact_match\\n8,0.{{value}}\\n")
+"""
+
+
+def test_a_run_finished_meanwhile_is_kept_not_run_again(tmp_path, monkeypatch, capsys):
+    """A run that another grid or cell finished after this grid listed its runs (two grids
+    with --skip-done over the same cells, one ahead of the other) is kept when its turn
+    comes: not resumed from its last checkpoint (its test run again) nor started afresh."""
+    runs, launched = tmp_path / "runs", tmp_path / "launched.txt"
+    script = tmp_path / "fit.py"
+    script.write_text(FINISHING_FIT.format(runs=str(runs), launched=str(launched),
+                                           other="coda-seed0"))
+    monkeypatch.setattr(coda_mlu.EXPERIMENT, "script", script)
+    monkeypatch.setenv("ATTNREPRO_RUNS", str(runs))
+    run_script(coda_mlu.EXPERIMENT, ["grid", "table6", "--smoke", "--cells", "transformer",
+                                     "coda", "--skip-done"])
+    assert launched.read_text() == "transformer-seed0\n"  # coda was not launched
+    assert ("  kept coda seed 0: finished meanwhile (another grid or cell ran it after this "
+            "grid listed its runs)") in capsys.readouterr().out
+    group = runs / "coda_mlu" / "table6-smoke"
+    assert (group / "coda-seed0" / "metrics.csv").read_text() == \
+        "step,test/exact_match\n8,0.7\n"  # the other process's result, untouched
+    # --force replaces the runs that had finished when it listed them, and only those
+    launched.unlink()
+    run_script(coda_mlu.EXPERIMENT, ["grid", "table6", "--smoke", "--cells", "transformer",
+                                     "coda", "--force"])
+    assert launched.read_text() == "transformer-seed0\ncoda-seed0\n"
