@@ -260,7 +260,6 @@ class GridOutcome:
     started: set[str] = field(default_factory=set)  # the names of the jobs started
     failed: list[Path] = field(default_factory=list)
     held: list[Path] = field(default_factory=list)
-    kept: list[Path] = field(default_factory=list)  # finished meanwhile by another process
 
 
 class StopRequest:
@@ -426,7 +425,6 @@ def _run_jobs(run: GridRun, jobs: int, todo: list[Job], outcome: GridOutcome,
                 # another grid or cell ran it after this grid listed its jobs: a resume
                 # from its last checkpoint would test it again, a fresh start replace it
                 lock.close()
-                outcome.kept.append(run.folder / job.name)
                 print(f"  kept {job.label}: finished meanwhile (another grid or cell ran it "
                       "after this grid listed its runs)", flush=True)
                 continue
