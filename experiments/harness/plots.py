@@ -72,12 +72,22 @@ def units(grid: Grid, key: str) -> str:
     return " (%)" if scale == 100 else "" if scale == 1 else f" (x{scale:g})"
 
 
-def draw_curve(ax, steps: dict[int, list[float]], label: str) -> None:
+def distinct_colour(n: int) -> tuple:
+    """The ``n``-th of 20 colours told apart: tab20's strong ones first (matplotlib's default
+    cycle, tab10, in its order), then its light ones; a grid of 11 cells (attention_compare)
+    would repeat the default cycle's first colour."""
+    from matplotlib import colormaps
+
+    n %= 20
+    return colormaps["tab20"](2 * n % 20 + 2 * n // 20)
+
+
+def draw_curve(ax, steps: dict[int, list[float]], label: str, colour=None) -> None:
     """The mean over seeds per step, and +- one standard deviation where seeds > 1."""
     xs = sorted(steps)
     stats = [mean_std(steps[s]) for s in xs]
     means = [m for m, _ in stats]
-    (line,) = ax.plot(xs, means, marker="o", markersize=2.5, label=label)
+    (line,) = ax.plot(xs, means, marker="o", markersize=2.5, label=label, color=colour)
     if any(len(steps[s]) > 1 for s in xs):
         ax.fill_between(xs, [m - s for m, s in stats], [m + s for m, s in stats],
                         color=line.get_color(), alpha=0.2, linewidth=0)
@@ -93,10 +103,10 @@ def plot_curves(experiment: Experiment, grid: Grid, config: str, root: Path | No
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     drawn: set[str] = set()
     for ax, (label, key) in zip(axes, metrics.items()):
-        for cell in grid.cells:
+        for n, cell in enumerate(grid.cells):
             steps = metric_steps(cell_runs(root, cell), key, metric_scale(grid, key))
             if steps:
-                draw_curve(ax, steps, cell.name)
+                draw_curve(ax, steps, cell.name, distinct_colour(n))
                 drawn.add(cell.name)
         ax.set_title(key if label == key else f"{label}: {key}")
         ax.set_xlabel("training step")
@@ -253,8 +263,6 @@ def plot_tradeoff(experiment: Experiment, config: str) -> tuple[Figure, list[str
     95% interval (:func:`read_cost_file`); a proposal has one colour in every panel, its point
     filled where the difference is significant; and the claims with nothing to draw, and
     why."""
-    from matplotlib import colormaps
-
     grids = [g for g in experiment.grids.values() if g.cost_file]
     fig = new_figure((5.5 * len(grids) + 1.5, 4.5))
     axes = fig.subplots(1, len(grids), squeeze=False)[0]
@@ -270,8 +278,7 @@ def plot_tradeoff(experiment: Experiment, config: str) -> tuple[Figure, list[str
                 missing.append(f"{r.proposal} ({'not run' if r.comparison is None else 'no cost'})")
                 continue
             name = short[r.proposal]
-            n = len(colours) % 20  # tab20's strong colours first, then its light ones
-            colour = colours.setdefault(name, colormaps["tab20"](2 * n % 20 + 2 * n // 20))
+            colour = colours.setdefault(name, distinct_colour(len(colours)))
             c, (x, x_low, x_high) = r.comparison, cost.time_ratio
             ax.errorbar([x], [c.diff], xerr=[[x - x_low], [x_high - x]],
                         yerr=[[c.diff - c.low], [c.high - c.diff]], fmt="o", capsize=3,

@@ -12,7 +12,7 @@ outputs stale (docs/notebooks.md):
   short run reproduces a full one on any CPU: the data drawn exactly; numbers before the
   first optimizer step and the training loss of the first five steps within 1e-3 (within
   0.0006 on every CPU measured, docs/reproducibility.md 'Across hosts'); CoDA Figure 2's
-  rows at 20 steps within the tolerance measured across hosts. The committed results notebook
+  rows by ``fig2_tolerance``, the summary file's rule below. The committed results notebook
   trains nothing and reads only committed files: its rerun prints every text output again,
   character for character.
 
@@ -20,9 +20,10 @@ CoDA Figure 2's summary: results/coda_fig2_summary.csv (``python -m experiments.
 coda_fig2 --out results``) holds the rows at initialisation and after 5 and 20 steps of the
 run it reports, and the notebook's own 20-step run must give them again, so that a change of
 the code that would change the committed figure fails here, on any CPU: the rows up to step 5
-are the same on every CPU measured and are compared closely; by step 20, float32 training on
-another CPU's kernels has drifted (docs/reproducibility.md), and those rows are compared at a
-tolerance measured across hosts."""
+are the same on every CPU measured to 1e-3, save the fractions of word pairs beyond a threshold,
+which move by whole pairs (3e-3); by step 20, float32 training on another CPU's kernels has
+drifted (docs/reproducibility.md), and those rows are compared at a tolerance measured across
+hosts (``fig2_tolerance``)."""
 
 from __future__ import annotations
 
@@ -100,6 +101,8 @@ def fig2_tolerance(step: int, stat: str) -> float:
         return FIG2_HOSTS_ABS
     counted = any(word in stat for word in ("near 0", "saturated", "above", "negative"))
     return FIG2_THRESHOLD_ABS if counted else FIG2_EXACT_ABS
+
+
 #: numbers before the first optimizer step and the training losses of the first FIRST_STEPS
 #: steps: the kernels' last-bit differences (up to 1.9e-6 in the initialisation) barely grow
 #: through the first five Adam steps (Figure 2's rows at step 5: 0.0006 between the Xeon's
@@ -144,8 +147,9 @@ def differences(committed, ours, tolerance: float, where: str = "") -> list[str]
 def check_differences(committed: dict, ours: dict) -> list[str]:
     """What a short rerun's check line (``ours``) must repeat of the committed full run's: the
     same parts; each model's training loss at the steps both ran (at least one); CoDA Figure
-    2's rows (at 20 steps within FIG2_HOSTS_ABS); every other number, all taken before the first
-    optimizer step, within EARLY_ABS, and the drawn data exactly. ``steps`` differ by design."""
+    2's rows, each number within fig2_tolerance (the rule the summary file is held to); every
+    other number, all taken before the first optimizer step, within EARLY_ABS, and the drawn
+    data exactly. ``steps`` differ by design."""
     if set(committed) != set(ours):
         return [f"parts {sorted(set(committed) ^ set(ours))} differ"]
     found = []
@@ -160,11 +164,16 @@ def check_differences(committed: dict, ours: dict) -> list[str]:
                           differences({s: full[s] for s in steps}, {s: short[s] for s in steps},
                                       EARLY_ABS, f"first_losses/{i}"))
         elif part == "rows":
-            for key in committed[part].keys() | ours[part].keys():
+            for key in sorted(committed[part].keys() | ours[part].keys()):
                 step = int(key.rsplit(" | ", 1)[1])
-                tolerance = FIG2_EXACT_ABS if step <= figures.FIG2_EXACT else FIG2_HOSTS_ABS
-                found += differences(committed[part].get(key), ours[part].get(key), tolerance,
-                                     f"rows/{key}")
+                full, short = committed[part].get(key), ours[part].get(key)
+                if not (isinstance(full, dict) and isinstance(short, dict)
+                        and set(full) == set(short)):
+                    found += differences(full, short, 0.0, f"rows/{key}")
+                    continue
+                found += [d for stat in full
+                          for d in differences(full[stat], short[stat],
+                                               fig2_tolerance(step, stat), f"rows/{key}/{stat}")]
         else:
             found += differences(committed[part], ours[part], EARLY_ABS, part)
     return found
@@ -241,6 +250,15 @@ def test_stale_or_unclean_notebooks_are_found():
     drift["rows"][key5]["sigmoid(N) mean"] += FIG2_HOSTS_ABS / 2
     assert [d.split(":")[0] for d in check_differences(check, drift)] == [
         f"rows/{key5}/sigmoid(N) mean"]
+    counted = copy.deepcopy(check)  # a step-5 count of pairs beyond a threshold: fig2_tolerance
+    counted["rows"][key5]["M near 0"] += FIG2_THRESHOLD_ABS / 2
+    assert check_differences(check, counted) == []
+    counted["rows"][key5]["M near 0"] += FIG2_THRESHOLD_ABS
+    assert [d.split(":")[0] for d in check_differences(check, counted)] == [
+        f"rows/{key5}/M near 0"]
+    missing = copy.deepcopy(check)
+    del missing["rows"][key5]["M near 0"]
+    assert [d.split(":")[0] for d in check_differences(check, missing)] == [f"rows/{key5}"]
     assert fig2_tolerance(figures.FIG2_EXACT, "sigmoid(N) mean") == FIG2_EXACT_ABS
     assert fig2_tolerance(figures.FIG2_EXACT, "tanh(E) near 0") == FIG2_THRESHOLD_ABS
     assert fig2_tolerance(figures.FIG2_CHECK, "tanh(E) near 0") == FIG2_HOSTS_ABS

@@ -99,6 +99,20 @@ def test_curves_figure_one_panel_per_metric_mean_and_band(sentiment_runs):
     assert len(ax.collections) == 2  # the two IMDb cells; one seed of SST has no band
 
 
+def test_curves_and_tradeoff_colours_tell_eleven_cells_apart():
+    """Matplotlib's default cycle has 10 colours: the 11th cell of attention_compare's grids
+    drew in the 1st's (softmax and coda-beta0.25 both blue). distinct_colour gives 20, the
+    first 10 the default cycle's, so a grid of 10 cells or fewer draws as before."""
+    from matplotlib import colors, rcParams
+
+    from experiments.harness.plots import distinct_colour
+    cycle = rcParams["axes.prop_cycle"].by_key()["color"]
+    assert [colors.to_hex(distinct_colour(n)) for n in range(10)] == [colors.to_hex(c)
+                                                                      for c in cycle]
+    assert len({distinct_colour(n) for n in range(20)}) == 20
+    assert distinct_colour(20) == distinct_colour(0)
+
+
 def test_paper_and_claims_figures_name_every_cell_and_claim(sentiment_runs):
     experiment, grid, _ = sentiment_runs
     fig, missing = plot_paper(experiment, grid, "smoke")
